@@ -1,0 +1,25 @@
+"""The `ragloop` command line: typer sub-apps over the layers below.
+
+Every command that prints results has `--json` with stable field names, so scripts and the
+contract checks can drive it; human output goes through rich.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from ragloop.cli import kb, models
+
+app = typer.Typer(
+    name="ragloop",
+    help="Answers questions from a document collection and checks its own answers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+kb.register(app)
+app.add_typer(models.app, name="models", help="Chat models and scorers: list, pull, check.")
+
+
+def main() -> None:
+    app()

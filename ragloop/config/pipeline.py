@@ -1,0 +1,165 @@
+"""`PipelineConfig`: every knob of one pipeline version, hashed into a stable version id.
+
+Two configs that would give the same answers must hash the same, so the hash is taken over
+the canonical JSON of the validated model (sorted keys, defaults filled in), never over the
+YAML text a user happened to write.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Knobs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChunkOverride(_Knobs):
+    """Chunking for documents whose path (relative to the ingested root) matches `glob`."""
+
+    glob: str
+    size: int | None = Field(default=None, ge=50)
+    overlap: int | None = Field(default=None, ge=0)
+
+
+class ChunkingConfig(_Knobs):
+    """Sizes are in characters: cheap to compute and stable across tokenizers."""
+
+    size: int = Field(default=1200, ge=50)
+    overlap: int = Field(default=150, ge=0)
+    min_size: int = Field(
+        default=40, ge=0, description="smaller trailing pieces merge into the previous chunk"
+    )
+    overrides: tuple[ChunkOverride, ...] = ()
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkingConfig:
+        if self.overlap >= self.size:
+            raise ValueError(f"chunk overlap {self.overlap} must be smaller than size {self.size}")
+        return self
+
+    def for_document(self, doc_id: str) -> tuple[int, int]:
+        """(size, overlap) for one document; the last matching override wins."""
+        size, overlap = self.size, self.overlap
+        for o in self.overrides:
+            if fnmatch.fnmatch(doc_id, o.glob):
+                size = o.size or size
+                overlap = o.overlap if o.overlap is not None else overlap
+        return size, min(overlap, size - 1)
+
+
+class LexicalConfig(_Knobs):
+    k1: float = 1.2
+    b: float = 0.75
+    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
+    stemmer: Literal["english", "none"] = "english"
+    stopwords: bool = True
+
+
+class DenseConfig(_Knobs):
+    embedder: str = "onnx:all-minilm-l6-v2"
+    backend: Literal["exact", "usearch", "faiss", "auto"] = "auto"
+    ann_threshold: int = Field(default=100_000, description="with backend=auto, ANN above this many chunks")
+    batch_size: int = 16
+    max_tokens: int = 256
+
+
+class FusionConfig(_Knobs):
+    method: Literal["rrf", "weighted"] = "weighted"
+    rrf_k: int = Field(default=60, ge=1)
+    dense_weight: float = Field(default=0.5, ge=0.0, le=1.0, description="weighted: 1-w goes to BM25")
+    normalization: Literal["minmax", "zscore"] = "minmax"
+
+
+class RerankConfig(_Knobs):
+    enabled: bool = False
+    reranker: str = "embedding:sentence-maxsim"
+    top_n: int = Field(default=20, ge=1, description="how many fused candidates are reranked")
+    weight: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="share of the rerank score in the final score"
+    )
+
+
+class MMRConfig(_Knobs):
+    enabled: bool = False
+    lambda_: float = Field(default=0.7, ge=0.0, le=1.0, alias="lambda")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class RetrievalConfig(_Knobs):
+    mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
+    k: int = Field(default=5, ge=1)
+    candidates: int = Field(default=100, ge=1, description="per-retriever depth before fusion")
+    lexical: LexicalConfig = LexicalConfig()
+    dense: DenseConfig = DenseConfig()
+    fusion: FusionConfig = FusionConfig()
+    rerank: RerankConfig = RerankConfig()
+    mmr: MMRConfig = MMRConfig()
+    use_expansion_cache: bool = True
+    index_headings: bool = Field(default=True, description="prefix title and heading path to indexed text")
+
+
+class PipelineConfig(_Knobs):
+    """One pipeline version. Later layers (agent, evaluation) add their own sections."""
+
+    name: str = "default"
+    chunking: ChunkingConfig = ChunkingConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+
+    def canonical_json(self) -> str:
+        data = self.model_dump(mode="json", by_alias=True, exclude={"name"})
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def version_id(self) -> str:
+        """Stable across processes and key order; the name is a label, not a knob."""
+        return "pv-" + hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
+
+    def index_fingerprint(self) -> str:
+        """Hash of the knobs that change what is stored in an index (not query-time knobs)."""
+        data = {
+            "chunking": self.chunking.model_dump(mode="json"),
+            "lexical": self.retrieval.lexical.model_dump(mode="json"),
+            "embedder": self.retrieval.dense.embedder,
+            "max_tokens": self.retrieval.dense.max_tokens,
+            "index_headings": self.retrieval.index_headings,
+        }
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def with_overrides(self, **sections: dict[str, object]) -> PipelineConfig:
+        """A copy with nested values replaced, validated again (e.g. retrieval={"mode": "bm25"})."""
+        data = self.model_dump(mode="json", by_alias=True)
+        for key, value in sections.items():
+            _deep_update(data, key, value)
+        return PipelineConfig.model_validate(data)
+
+
+def _deep_update(data: dict[str, object], key: str, value: object) -> None:
+    current = data.get(key)
+    if isinstance(current, dict) and isinstance(value, dict):
+        for k, v in value.items():
+            _deep_update(current, k, v)
+    else:
+        data[key] = value
+
+
+def load_pipeline_config(path: str | Path | None) -> PipelineConfig:
+    """Load YAML (or return the defaults for None); unknown keys are an error, not a silent no-op."""
+    if path is None:
+        return PipelineConfig()
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read pipeline config {p}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"pipeline config {p} must be a mapping, got {type(raw).__name__}")
+    return PipelineConfig.model_validate(raw)

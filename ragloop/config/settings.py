@@ -1,0 +1,51 @@
+"""Process settings from the environment: where state lives and how many threads to use.
+
+Settings are about the machine, not the pipeline: changing them never changes an answer,
+so they are not part of the pipeline version id.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_HOME = Path("~/.local/share/ragloop")
+
+
+def _default_home() -> Path:
+    raw = os.environ.get("RAGLOOP_HOME")
+    return Path(raw).expanduser() if raw else DEFAULT_HOME.expanduser()
+
+
+def _default_threads() -> int:
+    raw = os.environ.get("RAGLOOP_THREADS")
+    if raw:
+        return max(1, int(raw))
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`RAGLOOP_HOME` holds all state: registries, indexes, caches and databases."""
+
+    home: Path = field(default_factory=_default_home)
+    threads: int = field(default_factory=_default_threads)
+    max_file_bytes: int = field(
+        default_factory=lambda: int(os.environ.get("RAGLOOP_MAX_FILE_BYTES", 50 * 1024 * 1024))
+    )
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls()
+
+    @property
+    def collections_dir(self) -> Path:
+        return self.home / "collections"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    def collection_dir(self, name: str) -> Path:
+        return self.collections_dir / name

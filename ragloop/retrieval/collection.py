@@ -1,0 +1,304 @@
+"""A named collection: registry + index generations under `RAGLOOP_HOME/collections/NAME`.
+
+Ingest is incremental: chunks (and their vectors) of unchanged files are carried over from the
+current generation, new chunk texts are embedded through the content-hash cache, and BM25 is
+rebuilt over the whole set (cheap next to embedding). Nothing changes on disk until the new
+generation is complete; one `flock` keeps two ingests of the same collection from interleaving.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ragloop.config.pipeline import PipelineConfig
+from ragloop.config.settings import Settings
+from ragloop.ingest.registry import FileRecord, Registry
+from ragloop.ingest.scan import IngestPlan, plan_ingest
+from ragloop.ingest.types import Chunk
+from ragloop.models import make_embedder
+from ragloop.retrieval.store import (
+    IndexGeneration,
+    gen_dir,
+    index_text,
+    load_generation,
+    remove_stale,
+    write_generation,
+)
+
+Progress = Callable[[str, int, int], None]
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class CollectionError(Exception):
+    """A collection that does not exist, has no index yet, or has an invalid name."""
+
+
+@dataclass
+class IngestSummary:
+    collection: str
+    generation: int
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    ignored: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    chunks_total: int = 0
+    chunks_embedded: int = 0
+    embed_cache_hits: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "collection": self.collection,
+            "generation": self.generation,
+            "files": {
+                "new": self.new,
+                "changed": self.changed,
+                "unchanged": self.unchanged,
+                "deleted": self.deleted,
+                "skipped": len(self.skipped),
+                "ignored": self.ignored,
+            },
+            "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
+            "chunks_total": self.chunks_total,
+            "chunks_embedded": self.chunks_embedded,
+            "embed_cache_hits": self.embed_cache_hits,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _source(chunk: Chunk) -> str:
+    return chunk.metadata.get("source", chunk.doc_id)
+
+
+class Collection:
+    def __init__(self, name: str, settings: Settings) -> None:
+        if not NAME_RE.match(name):
+            raise CollectionError(f"invalid collection name {name!r}: use letters, digits, '_', '.', '-'")
+        self.name = name
+        self.settings = settings
+        self.dir = settings.collection_dir(name)
+        self._registry: Registry | None = None
+        self._loaded: IndexGeneration | None = None
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = Registry.for_directory(self.dir)
+        return self._registry
+
+    def exists(self) -> bool:
+        return (self.dir / "registry.sqlite").exists()
+
+    def generation(self) -> int:
+        if not self.exists():
+            return 0
+        return int(self.registry.get_state("generation", "0") or 0)
+
+    def close(self) -> None:
+        if self._registry is not None:
+            self._registry.close()
+            self._registry = None
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with (self.dir / ".lock").open("w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def load(self) -> IndexGeneration:
+        """The committed index; reloaded only when another ingest has moved the pointer."""
+        gen = self.generation()
+        if gen == 0:
+            raise CollectionError(
+                f"collection {self.name!r} has no index: run `ragloop ingest PATH --collection {self.name}`"
+            )
+        if self._loaded is None or self._loaded.manifest.generation != gen:
+            self._loaded = load_generation(gen_dir(self.dir, gen))
+        return self._loaded
+
+    # ingest ------------------------------------------------------------------------------
+    def ingest(
+        self, paths: Sequence[Path], config: PipelineConfig, progress: Progress | None = None
+    ) -> IngestSummary:
+        start = time.perf_counter()
+        with self._lock():
+            registry = self.registry
+            fingerprint = config.index_fingerprint()
+            full_rebuild = registry.get_state("fingerprint") not in (None, fingerprint)
+            known = {} if full_rebuild else registry.files()
+            scanned = 0
+
+            def on_file(_rel: str) -> None:
+                nonlocal scanned
+                scanned += 1
+                if progress:
+                    progress("scan", scanned, 0)
+
+            plan = plan_ingest(
+                paths, known, config.chunking, fingerprint, self.settings.max_file_bytes, on_file
+            )
+            if full_rebuild:  # files ingested earlier but not named now keep their place
+                plan = self._carry_unnamed(plan, registry.files())
+            summary = self._summarise(plan)
+            summary.collection = self.name
+            old_gen = self.generation()
+            touched = [c for c in plan.changes if c.touched]
+            if not plan.has_changes and not full_rebuild and old_gen:
+                if touched:
+                    with registry.transaction() as txn:
+                        for c in touched:
+                            assert c.record is not None
+                            txn.upsert_file(c.record)
+                summary.generation = old_gen
+                summary.chunks_total = self.load().manifest.n_chunks
+                summary.seconds = time.perf_counter() - start
+                return summary
+            chunks, vectors, embedded, hits = self._assemble(plan, config, old_gen, full_rebuild, progress)
+            new_gen = old_gen + 1
+            if progress:
+                progress("index", 0, 1)
+            dense = config.retrieval.dense
+            write_generation(
+                self.dir,
+                new_gen,
+                chunks,
+                vectors,
+                lexical=config.retrieval.lexical,
+                embedder=dense.embedder,
+                fingerprint=fingerprint,
+                dense_backend=dense.backend,
+                ann_threshold=dense.ann_threshold,
+                index_headings=config.retrieval.index_headings,
+            )
+            with registry.transaction() as txn:
+                for c in plan.changes:
+                    if c.kind == "deleted":
+                        txn.delete_file(c.rel)
+                    elif c.record is not None and (c.kind in ("new", "changed") or c.touched or full_rebuild):
+                        txn.upsert_file(c.record)
+                txn.set_state("generation", str(new_gen))
+                txn.set_state("fingerprint", fingerprint)
+            if progress:
+                progress("index", 1, 1)
+            remove_stale(self.dir, new_gen)
+            summary.generation = new_gen
+            summary.chunks_total = len(chunks)
+            summary.chunks_embedded = embedded
+            summary.embed_cache_hits = hits
+            summary.seconds = time.perf_counter() - start
+            return summary
+
+    def _carry_unnamed(self, plan: IngestPlan, known: dict[str, FileRecord]) -> IngestPlan:
+        """A changed index fingerprint rebuilds everything; files from other roots must be
+        re-read too, or the rebuild would silently drop them."""
+        named = {c.rel for c in plan.changes}
+        roots = sorted({rec.root for rel, rec in known.items() if rel not in named})
+        if not roots:
+            return plan
+        raise CollectionError(
+            "the index settings changed; re-ingest every root of this collection together: " + " ".join(roots)
+        )
+
+    @staticmethod
+    def _summarise(plan: IngestPlan) -> IngestSummary:
+        s = IngestSummary(collection="", generation=0, ignored=plan.ignored)
+        for c in plan.changes:
+            if c.kind == "skipped":
+                s.skipped.append((c.rel, c.error))
+            else:
+                setattr(s, c.kind, getattr(s, c.kind) + 1)
+        return s
+
+    def _assemble(
+        self,
+        plan: IngestPlan,
+        config: PipelineConfig,
+        old_gen: int,
+        full_rebuild: bool,
+        progress: Progress | None,
+    ) -> tuple[list[Chunk], np.ndarray, int, int]:
+        """Chunks of the new generation in file order, with their vectors."""
+        # a file that turned unreadable is "skipped", not replaced: it keeps its previous chunks
+        replaced = {c.rel for c in plan.changes if c.kind in ("new", "changed", "deleted")}
+        fresh: dict[str, list[Chunk]] = {
+            c.rel: [_with_source(ch, c.rel) for ch in c.chunks] for c in plan.changes if c.chunks
+        }
+        old_chunks: list[Chunk] = []
+        old_vectors = np.zeros((0, 0), dtype=np.float32)
+        if old_gen and not full_rebuild:
+            cur = self.load()
+            old_chunks, old_vectors = cur.chunks, np.asarray(cur.vectors)
+        keep = [i for i, ch in enumerate(old_chunks) if _source(ch) not in replaced]
+        new_chunks = [ch for rel in fresh for ch in fresh[rel]]
+        dense = config.retrieval.dense
+        embedder = make_embedder(
+            dense.embedder, self.settings, max_tokens=dense.max_tokens, batch_size=dense.batch_size
+        )
+        texts = [index_text(ch, config.retrieval.index_headings) for ch in new_chunks]
+        parts: list[np.ndarray] = []
+        step = 64
+        for i in range(0, len(texts), step):
+            parts.append(embedder.embed(texts[i : i + step]))
+            if progress:
+                progress("embed", min(i + step, len(texts)), len(texts))
+        dim = embedder.dim
+        new_vectors = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+        chunks = [old_chunks[i] for i in keep] + new_chunks
+        kept_vectors = old_vectors[keep] if keep else np.zeros((0, dim), dtype=np.float32)
+        vectors = np.concatenate([kept_vectors, new_vectors]).astype(np.float32)
+        hits, misses = getattr(embedder, "hits", 0), getattr(embedder, "misses", 0)
+        return chunks, vectors, misses, hits
+
+    # queries about the collection ------------------------------------------------------------
+    def stats(self) -> dict[str, object]:
+        gen = self.generation()
+        files = self.registry.files() if self.exists() else {}
+        out: dict[str, object] = {"name": self.name, "generation": gen, "files": len(files)}
+        if gen:
+            m = self.load().manifest
+            out.update(
+                chunks=m.n_chunks,
+                embedder=m.embedder,
+                dense_backend=m.dense_backend,
+                updated_at=m.created_at,
+                bytes=_dir_size(gen_dir(self.dir, gen)),
+            )
+        return out
+
+
+def _with_source(chunk: Chunk, rel: str) -> Chunk:
+    if chunk.metadata.get("source") == rel:
+        return chunk
+    return Chunk(
+        chunk_id=chunk.chunk_id,
+        doc_id=chunk.doc_id,
+        ordinal=chunk.ordinal,
+        text=chunk.text,
+        heading_path=chunk.heading_path,
+        title=chunk.title,
+        metadata={**chunk.metadata, "source": rel},
+    )
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def list_collections(settings: Settings) -> list[str]:
+    if not settings.collections_dir.exists():
+        return []
+    return sorted(p.name for p in settings.collections_dir.iterdir() if (p / "registry.sqlite").exists())

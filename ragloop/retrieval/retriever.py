@@ -1,0 +1,168 @@
+"""`Retriever.retrieve(query, k) -> list[Hit]`: lexical + dense, fusion, rerank, MMR.
+
+Each stage records its own score and rank on the hit, so a trace (and the evaluation harness)
+can tell which stage put a chunk where it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragloop.config.pipeline import RetrievalConfig
+from ragloop.models import CachedEmbedder, make_embedder
+from ragloop.models.embedding import Embedder
+from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.fusion import normalize, rrf, weighted
+from ragloop.retrieval.mmr import mmr
+from ragloop.retrieval.rerank import Reranker, make_reranker
+from ragloop.retrieval.store import IndexGeneration
+from ragloop.retrieval.types import Hit, Mode
+
+
+@dataclass
+class _Candidate:
+    pos: int
+    score: float
+    scores: dict[str, float]
+    ranks: dict[str, int]
+
+
+class Retriever:
+    def __init__(self, collection: Collection, config: RetrievalConfig | None = None) -> None:
+        self.collection = collection
+        self.config = config or RetrievalConfig()
+        self._embedder: Embedder | None = None
+        self._reranker: Reranker | None = None
+        self._last_query: tuple[str, np.ndarray] | None = None
+
+    @property
+    def embedder(self) -> Embedder:
+        """The index's own embedder (from its manifest), whatever the query config says."""
+        if self._embedder is None:
+            manifest = self.collection.load().manifest
+            dense = self.config.dense
+            self._embedder = make_embedder(
+                manifest.embedder,
+                self.collection.settings,
+                max_tokens=dense.max_tokens,
+                batch_size=dense.batch_size,
+            )
+        return self._embedder
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        """Memoised for the call in flight (dense search and MMR both need it)."""
+        if self._last_query is None or self._last_query[0] != query:
+            emb = self.embedder
+            inner = emb.inner if isinstance(emb, CachedEmbedder) else emb  # queries rarely repeat
+            self._last_query = (query, inner.embed_one(query))
+        return self._last_query[1]
+
+    def retrieve(self, query: str, k: int | None = None, mode: Mode | None = None) -> list[Hit]:
+        cfg = self.config
+        k = k or cfg.k
+        mode = mode or cfg.mode
+        gen = self.collection.load()
+        if not gen.chunks or not query.strip():
+            return []
+        pool = self._candidates(gen, query, mode)
+        if cfg.rerank.enabled and pool:
+            pool = self._rerank(gen, query, pool)
+        if cfg.mmr.enabled and pool:
+            pool = self._mmr(gen, query, pool, k)
+        pinned = self._pinned(gen, query) if cfg.use_expansion_cache else []
+        pinned_pos = {c.pos for c in pinned}
+        final = pinned + [c for c in pool if c.pos not in pinned_pos]
+        hits = []
+        for rank, c in enumerate(final[:k], start=1):
+            ch = gen.chunks[c.pos]
+            hits.append(
+                Hit(
+                    chunk_id=ch.chunk_id,
+                    doc_id=ch.doc_id,
+                    text=ch.text,
+                    heading_path=ch.heading_path,
+                    title=ch.title,
+                    score=c.score,
+                    rank=rank,
+                    scores=c.scores,
+                    ranks=c.ranks,
+                )
+            )
+        return hits
+
+    # stages -------------------------------------------------------------------------------
+    def _candidates(self, gen: IndexGeneration, query: str, mode: Mode) -> list[_Candidate]:
+        n = self.config.candidates
+        results: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if mode in ("bm25", "hybrid"):
+            results["bm25"] = gen.bm25.top(query, n)
+        if mode in ("dense", "hybrid"):
+            ids, scores = gen.vectors_index.search(self._query_vector(query), n)
+            keep = ids >= 0
+            results["dense"] = (ids[keep], scores[keep])
+        cands: dict[int, _Candidate] = {}
+        for stage, (ids, scores) in results.items():
+            for r, (i, s) in enumerate(zip(ids.tolist(), scores.tolist(), strict=True), start=1):
+                c = cands.setdefault(int(i), _Candidate(int(i), 0.0, {}, {}))
+                c.scores[stage] = float(s)
+                c.ranks[stage] = r
+        if mode != "hybrid":
+            (stage,) = results
+            order = [int(i) for i in results[stage][0]]
+            fused = [(i, cands[i].scores[stage]) for i in order]
+        elif self.config.fusion.method == "rrf":
+            fused = rrf(
+                {s: [int(i) for i in ids] for s, (ids, _) in results.items()}, k=self.config.fusion.rrf_k
+            )
+        else:
+            w = self.config.fusion.dense_weight
+            fused = weighted(results, {"dense": w, "bm25": 1.0 - w}, self.config.fusion.normalization)
+        out = []
+        for r, (i, s) in enumerate(fused, start=1):
+            c = cands[i]
+            c.score = float(s)
+            if mode == "hybrid":
+                c.scores["fusion"] = float(s)
+                c.ranks["fusion"] = r
+            out.append(c)
+        return out
+
+    def _rerank(self, gen: IndexGeneration, query: str, pool: list[_Candidate]) -> list[_Candidate]:
+        cfg = self.config.rerank
+        if self._reranker is None:
+            self._reranker = make_reranker(cfg.reranker, self.embedder)
+        head, tail = pool[: cfg.top_n], pool[cfg.top_n :]
+        rr = self._reranker.score(query, [gen.chunks[c.pos].text for c in head])
+        base = normalize(np.array([c.score for c in head], dtype=np.float32), "minmax")
+        combined = (1 - cfg.weight) * base + cfg.weight * normalize(rr, "minmax")
+        for c, r, s in zip(head, rr.tolist(), combined.tolist(), strict=True):
+            c.scores["rerank"] = float(r)
+            c.score = float(s)
+        head.sort(key=lambda c: (-c.score, c.pos))
+        for r, c in enumerate(head, start=1):
+            c.ranks["rerank"] = r
+        floor = min((c.score for c in head), default=0.0)
+        for j, c in enumerate(tail, start=1):  # the unreranked tail keeps its order, below the head
+            c.score = floor - 1e-3 * j
+        return head + tail
+
+    def _mmr(self, gen: IndexGeneration, query: str, pool: list[_Candidate], k: int) -> list[_Candidate]:
+        head = pool[: max(4 * k, 20)]
+        vecs = np.asarray(gen.vectors[[c.pos for c in head]], dtype=np.float32)
+        rel = np.array([c.score for c in head], dtype=np.float32)
+        order = mmr(self._query_vector(query), vecs, rel, min(k, len(head)), self.config.mmr.lambda_)
+        picked = [head[i] for i in order]
+        for r, c in enumerate(picked, start=1):
+            c.ranks["mmr"] = r
+        chosen = {id(c) for c in picked}
+        return picked + [c for c in pool if id(c) not in chosen]
+
+    def _pinned(self, gen: IndexGeneration, query: str) -> list[_Candidate]:
+        out: list[_Candidate] = []
+        for cid in self.collection.registry.pinned(query):
+            pos = gen.position.get(cid)
+            if pos is not None:
+                out.append(_Candidate(pos, 1.0, {"pinned": 1.0}, {"pinned": len(out) + 1}))
+        return out
