@@ -47,6 +47,8 @@ def _do_ingest(paths: list[Path], name: str, cfg: PipelineConfig, s: Settings, s
             return coll.ingest(paths, cfg, prog)
     except (CollectionError, FileNotFoundError) as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted: nothing was committed, the previous index is intact", code=130)
     finally:
         coll.close()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class _Knobs(BaseModel):
@@ -162,4 +162,10 @@ def load_pipeline_config(path: str | Path | None) -> PipelineConfig:
         raise ValueError(f"cannot read pipeline config {p}: {exc}") from exc
     if not isinstance(raw, dict):
         raise ValueError(f"pipeline config {p} must be a mapping, got {type(raw).__name__}")
-    return PipelineConfig.model_validate(raw)
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()
+        )
+        raise ValueError(f"invalid pipeline config {p}: {problems}") from None

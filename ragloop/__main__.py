@@ -1,0 +1,3 @@
+from ragloop.cli import main
+
+main()
