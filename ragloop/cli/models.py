@@ -129,7 +129,11 @@ def check_cmd(
     except (ModelError, OSError) as exc:
         _fail(as_json, name, exc)
         return
-    tps = resp.usage.completion_tokens / (resp.latency_ms / 1000) if resp.latency_ms > 0 else None
+    timings = resp.timings or {}
+    if timings.get("predicted_per_second"):  # the server measured generation alone
+        tps: float | None = timings["predicted_per_second"]
+    else:  # whole request: prompt processing and generation together
+        tps = resp.usage.completion_tokens / (resp.latency_ms / 1000) if resp.latency_ms > 0 else None
     data = {
         "name": name,
         "ok": True,
@@ -139,6 +143,9 @@ def check_cmd(
         "completion_tokens": resp.usage.completion_tokens,
         "latency_ms": round(resp.latency_ms, 1),
         "tokens_per_s": round(tps, 1) if tps is not None else None,
+        "prompt_tokens_per_s": round(timings["prompt_per_second"], 1)
+        if timings.get("prompt_per_second")
+        else None,
         "load_s": round(load_s, 2),
     }
     if as_json:
@@ -147,6 +154,7 @@ def check_cmd(
     _out.print(f"[bold]{name}[/bold] answered: {data['answer']}", highlight=False)
     _out.print(
         f"{data['completion_tokens']} tokens in {data['latency_ms']} ms: {data['tokens_per_s']} tokens/s "
-        f"(prompt {data['prompt_tokens']} tokens; load and verify {data['load_s']} s)",
+        f"generated; prompt {data['prompt_tokens']} tokens at {data['prompt_tokens_per_s']} tokens/s; "
+        f"load and verify {data['load_s']} s",
         highlight=False,
     )
