@@ -7,7 +7,6 @@ passages whose one answering sentence is diluted in a long chunk's mean-pooled v
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -15,22 +14,7 @@ import numpy as np
 
 from ragloop.models.embedding import Embedder
 from ragloop.models.errors import UnknownModelError
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n{2,}")
-
-
-def split_sentences(text: str, min_chars: int = 12) -> list[str]:
-    """Cheap sentence split; fragments shorter than `min_chars` join their predecessor."""
-    out: list[str] = []
-    for piece in _SENTENCE_END.split(text):
-        piece = piece.strip()
-        if not piece:
-            continue
-        if out and len(piece) < min_chars:
-            out[-1] = f"{out[-1]} {piece}"
-        else:
-            out.append(piece)
-    return out or ([text.strip()] if text.strip() else [])
+from ragloop.text.sentences import split_sentences
 
 
 class Reranker(Protocol):

@@ -95,15 +95,9 @@ class Tokenizer:
         low = raw.lower()
         if _VERSION_RE.fullmatch(low) or raw.isdigit():
             return (low,)
-        if raw.isalnum() and (raw.islower() or raw.isupper() or raw.istitle() or raw.isdigit()):
-            # an ordinary word (or utf8 / HTTP): nothing to split
-            if raw.isalpha():
-                w = self._word(low)
-                return (w,) if w else ()
-            return (low,)
         if raw.isalnum() and len(_pieces(raw)) <= 1:
-            # mixed case the camel splitter cannot cut (e.g. non-ASCII letters): a plain word
-            w = self._word(low) if raw.isalpha() else low
+            # nothing to split: an ordinary word (`Hello`, `HTTP`, `utf8`) is analysed as a word
+            w = self._word(low)
             return (w,) if w else ()
         terms = [low]
         seen = {low}

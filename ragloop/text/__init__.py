@@ -1,0 +1,1 @@
+"""Text analysis shared by every layer (tokens, sentences); depends on nothing in ragloop."""
