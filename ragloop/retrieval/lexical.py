@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ragloop.config.pipeline import LexicalConfig
-from ragloop.retrieval.tokenize import Tokenizer
+from ragloop.text.tokenize import Tokenizer
 
 _FORMAT = 1
 _MANIFEST = "bm25.json"

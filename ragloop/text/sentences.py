@@ -92,7 +92,7 @@ def split_strips(text: str, min_chars: int = 12) -> list[Strip]:
                 prev = strips.pop()
                 strips.append(Strip(text[prev.start : line_end], prev.start, line_end, "code"))
             else:
-                strips.append(Strip(line.strip(), pos, line_end, "code"))
+                strips.append(Strip(line, pos, line_end, "code"))
         else:
             if not buf:
                 buf_start = pos

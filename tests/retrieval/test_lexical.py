@@ -9,7 +9,7 @@ import pytest
 
 from ragloop.config.pipeline import LexicalConfig
 from ragloop.retrieval.lexical import BM25Index
-from ragloop.retrieval.tokenize import Tokenizer
+from ragloop.text.tokenize import Tokenizer
 
 DOCS = [
     "To list a directory tree recursively, call os.walk on the root.",  # 0: the identifier

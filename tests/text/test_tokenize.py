@@ -5,7 +5,7 @@ import time
 import pytest
 import Stemmer
 
-from ragloop.retrieval.tokenize import ENGLISH_STOPWORDS, Tokenizer
+from ragloop.text.tokenize import ENGLISH_STOPWORDS, Tokenizer
 
 STEM = Stemmer.Stemmer("english").stemWord
 
