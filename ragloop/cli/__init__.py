@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from ragloop.cli import kb, models
+from ragloop.cli import agent, kb, models
 
 app = typer.Typer(
     name="ragloop",
@@ -18,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 kb.register(app)
+agent.register(app)
 app.add_typer(models.app, name="models", help="Chat models and scorers: list, pull, check.")
 
 

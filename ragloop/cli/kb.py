@@ -79,9 +79,7 @@ def ingest(
         _print_summary(summary)
 
 
-def _retrieve(
-    name: str, query: str, k: int, mode: Mode | None, cfg: PipelineConfig, s: Settings
-) -> list[Hit]:
+def _retrieve(name: str, query: str, k: int, mode: Mode | None, cfg: PipelineConfig, s: Settings) -> list[Hit]:
     coll = Collection(name, s)
     if not coll.exists():
         fail(f"no collection named {name!r}; known: {', '.join(list_collections(s)) or 'none'}")
@@ -149,9 +147,7 @@ def collections(json_: JsonOpt = False) -> None:
     for col in ("name", "files", "chunks", "generation", "dense_backend", "bytes"):
         table.add_column(col)
     for r in rows:
-        table.add_row(
-            *(str(r.get(c, "")) for c in ("name", "files", "chunks", "generation", "dense_backend", "bytes"))
-        )
+        table.add_row(*(str(r.get(c, "")) for c in ("name", "files", "chunks", "generation", "dense_backend", "bytes")))
     out.print(table)
 
 
@@ -174,9 +170,7 @@ def demo(
         print_json(
             {
                 "ingest": summary.to_json(),
-                "questions": [
-                    {"query": q, "hits": [h.to_json() for h in hits]} for q, hits in results.items()
-                ],
+                "questions": [{"query": q, "hits": [h.to_json() for h in hits]} for q, hits in results.items()],
             }
         )
         return

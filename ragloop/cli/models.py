@@ -39,9 +39,7 @@ def _yes_no(v: bool | None) -> str:
 @app.command("list")
 def list_cmd(
     as_json: JsonFlag = False,
-    verify: Annotated[
-        bool, typer.Option("--verify", help="Re-hash installed local model files now.")
-    ] = False,
+    verify: Annotated[bool, typer.Option("--verify", help="Re-hash installed local model files now.")] = False,
 ) -> None:
     """Providers and models, with install and verification status of the local ones."""
     from ragloop.models.chat.registry import list_models, providers
@@ -98,9 +96,7 @@ def pull_cmd(
 
 @app.command("check")
 def check_cmd(
-    name: Annotated[
-        str, typer.Argument(help="Any chat model, e.g. local:smollm2-135m or openai:gpt-4o-mini")
-    ],
+    name: Annotated[str, typer.Argument(help="Any chat model, e.g. local:smollm2-135m or openai:gpt-4o-mini")],
     as_json: JsonFlag = False,
     prompt: Annotated[str, typer.Option(help="The probe question.")] = PROBE,
     max_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 48,
@@ -143,9 +139,7 @@ def check_cmd(
         "completion_tokens": resp.usage.completion_tokens,
         "latency_ms": round(resp.latency_ms, 1),
         "tokens_per_s": round(tps, 1) if tps is not None else None,
-        "prompt_tokens_per_s": round(timings["prompt_per_second"], 1)
-        if timings.get("prompt_per_second")
-        else None,
+        "prompt_tokens_per_s": round(timings["prompt_per_second"], 1) if timings.get("prompt_per_second") else None,
         "load_s": round(load_s, 2),
     }
     if as_json:

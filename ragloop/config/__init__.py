@@ -1,6 +1,8 @@
 """Every knob of a pipeline version (`PipelineConfig`) and the process settings (`Settings`)."""
 
 from ragloop.config.pipeline import (
+    AgentConfig,
+    BudgetsConfig,
     ChunkingConfig,
     ChunkOverride,
     DenseConfig,
@@ -10,11 +12,14 @@ from ragloop.config.pipeline import (
     PipelineConfig,
     RerankConfig,
     RetrievalConfig,
+    ScorersConfig,
     load_pipeline_config,
 )
 from ragloop.config.settings import Settings
 
 __all__ = [
+    "AgentConfig",
+    "BudgetsConfig",
     "ChunkOverride",
     "ChunkingConfig",
     "DenseConfig",
@@ -24,6 +29,7 @@ __all__ = [
     "PipelineConfig",
     "RerankConfig",
     "RetrievalConfig",
+    "ScorersConfig",
     "Settings",
     "load_pipeline_config",
 ]

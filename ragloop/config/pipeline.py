@@ -34,9 +34,7 @@ class ChunkingConfig(_Knobs):
 
     size: int = Field(default=1200, ge=50)
     overlap: int = Field(default=150, ge=0)
-    min_size: int = Field(
-        default=40, ge=0, description="smaller trailing pieces merge into the previous chunk"
-    )
+    min_size: int = Field(default=40, ge=0, description="smaller trailing pieces merge into the previous chunk")
     overrides: tuple[ChunkOverride, ...] = ()
 
     @model_validator(mode="after")
@@ -82,9 +80,7 @@ class RerankConfig(_Knobs):
     enabled: bool = False
     reranker: str = "embedding:sentence-maxsim"
     top_n: int = Field(default=20, ge=1, description="how many fused candidates are reranked")
-    weight: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="share of the rerank score in the final score"
-    )
+    weight: float = Field(default=0.5, ge=0.0, le=1.0, description="share of the rerank score in the final score")
 
 
 class MMRConfig(_Knobs):
@@ -107,12 +103,63 @@ class RetrievalConfig(_Knobs):
     index_headings: bool = Field(default=True, description="prefix title and heading path to indexed text")
 
 
+class ScorersConfig(_Knobs):
+    """Which scorer answers each question the graph asks ("provider:name", see ragloop.models.scoring)."""
+
+    grade: str = "embedding:minilm"
+    refine: str = "embedding:minilm"
+    support: str = "embedding:minilm"
+
+
+class BudgetsConfig(_Knobs):
+    """Hard limits: every loop ends, and says which limit ended it."""
+
+    max_rewrites: int = Field(default=2, ge=0)
+    max_citation_retries: int = Field(default=2, ge=0)
+    max_cycles: int = Field(default=3, ge=0, description="critique cycles")
+    plateau_cycles: int = Field(default=2, ge=1, description="cycles without score improvement before stopping")
+    max_attempts_per_deficiency: int = Field(default=2, ge=1)
+    max_steps: int = Field(default=40, ge=1)
+    max_model_calls: int = Field(default=30, ge=0)
+    max_seconds: float = Field(default=120.0, gt=0)
+
+
+class AgentConfig(_Knobs):
+    chat_model: str | None = Field(default=None, description="None: every node runs its offline implementation")
+    tau_upper: float = Field(default=0.7, ge=0.0, le=1.0)
+    tau_lower: float = Field(default=0.3, ge=0.0, le=1.0)
+    refine_threshold: float = Field(default=0.35, ge=0.0, le=1.0)
+    severity_floor: float = Field(default=0.3, ge=0.0, le=1.0)
+    min_quality: float = Field(default=0.0, ge=0.0, le=1.0, description="refuse answers scoring below this")
+    max_answer_sentences: int = Field(default=3, ge=1)
+    summarize_after: int = Field(default=4, ge=2, description="human messages before the rolling summary")
+    keep_exchanges: int = Field(default=2, ge=0)
+    external_search: str | None = Field(
+        default=None, description='e.g. "searxng:http://127.0.0.1:8888", "collection:docs"'
+    )
+    external_timeout_s: float = Field(default=3.0, gt=0)
+    refine: bool = True
+    rewrite: bool = True
+    critique: bool = True
+    validate_citations: bool = True
+    scorers: ScorersConfig = ScorersConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
+    prompt_version: str = "v1"
+
+    @model_validator(mode="after")
+    def _thresholds_ordered(self) -> AgentConfig:
+        if self.tau_lower > self.tau_upper:
+            raise ValueError(f"tau_lower {self.tau_lower} must not exceed tau_upper {self.tau_upper}")
+        return self
+
+
 class PipelineConfig(_Knobs):
-    """One pipeline version. Later layers (agent, evaluation) add their own sections."""
+    """One pipeline version: everything that can change an answer."""
 
     name: str = "default"
     chunking: ChunkingConfig = ChunkingConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    agent: AgentConfig = AgentConfig()
 
     def canonical_json(self) -> str:
         data = self.model_dump(mode="json", by_alias=True, exclude={"name"})

@@ -31,9 +31,7 @@ class Settings:
 
     home: Path = field(default_factory=_default_home)
     threads: int = field(default_factory=_default_threads)
-    max_file_bytes: int = field(
-        default_factory=lambda: int(os.environ.get("RAGLOOP_MAX_FILE_BYTES", 50 * 1024 * 1024))
-    )
+    max_file_bytes: int = field(default_factory=lambda: int(os.environ.get("RAGLOOP_MAX_FILE_BYTES", 50 * 1024 * 1024)))
 
     @classmethod
     def from_env(cls) -> Settings:

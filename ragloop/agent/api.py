@@ -1,0 +1,207 @@
+"""The agent's Python API: `answer(question, thread_id=None, config=None) -> Answer` and the
+async `Agent.astream` that yields node events (for the service)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.errors import GraphRecursionError
+
+from ragloop.agent.graph import build_graph
+from ragloop.agent.memory import ConversationLog, open_checkpointer
+from ragloop.agent.runtime import Runtime
+from ragloop.agent.state import turn_input
+from ragloop.agent.trace import Trace
+from ragloop.agent.types import REFUSAL_REASONS, Citation
+from ragloop.config import PipelineConfig, Settings
+from ragloop.retrieval.collection import Collection
+
+
+@dataclass
+class Answer:
+    question: str
+    answer: str
+    citations: list[Citation]
+    refused: bool
+    termination_reason: str
+    residual_deficiencies: list[str]
+    quality_score: float
+    trace: Trace
+    standalone_question: str = ""
+    verdict: str | None = None
+    thread_id: str | None = None
+    pipeline_version: str = ""
+    latency_ms: float = 0.0
+    state: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def to_json(self, with_trace: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "question": self.question,
+            "standalone_question": self.standalone_question,
+            "answer": self.answer,
+            "citations": [c.model_dump() for c in self.citations],
+            "refused": self.refused,
+            "termination_reason": self.termination_reason,
+            "residual_deficiencies": self.residual_deficiencies,
+            "quality_score": self.quality_score,
+            "verdict": self.verdict,
+            "thread_id": self.thread_id,
+            "pipeline_version": self.pipeline_version,
+            "latency_ms": round(self.latency_ms, 1),
+            "trace_summary": self.trace.summary(),
+        }
+        if with_trace:
+            out["trace"] = self.trace.to_json()
+        return out
+
+
+def _answer_from(state: dict[str, Any], question: str, thread_id: str | None, version: str, t0: float) -> Answer:
+    reason = state.get("termination_reason") or "recursion_limit"
+    trace = Trace(state.get("trace") or [], termination_reason=reason)
+    return Answer(
+        question=question,
+        answer=state.get("final_answer") or "",
+        citations=list(state.get("citations") or []),
+        refused=bool(state.get("refused")) or reason in REFUSAL_REASONS,
+        termination_reason=reason,
+        residual_deficiencies=list(state.get("residual_deficiencies") or []),
+        quality_score=float(state.get("quality_score") or 0.0),
+        trace=trace,
+        standalone_question=state.get("standalone") or question,
+        verdict=state.get("verdict"),
+        thread_id=thread_id,
+        pipeline_version=version,
+        latency_ms=(time.perf_counter() - t0) * 1000,
+        state=state,
+    )
+
+
+class Agent:
+    """One collection + one pipeline version. Safe to reuse across questions and threads."""
+
+    def __init__(
+        self,
+        collection: Collection,
+        config: PipelineConfig | None = None,
+        runtime: Runtime | None = None,
+        checkpointer_url: str | None = None,
+    ) -> None:
+        self.collection = collection
+        self.config = config or PipelineConfig()
+        self.runtime = runtime or Runtime.build(collection, self.config)
+        settings: Settings = collection.settings
+        settings.home.mkdir(parents=True, exist_ok=True)
+        self.checkpointer_url = checkpointer_url or f"sqlite:///{settings.home / 'checkpoints.sqlite'}"
+        self._graph = build_graph(self.runtime)
+        self._log: ConversationLog | None = None
+
+    @property
+    def log(self) -> ConversationLog:
+        if self._log is None:
+            self._log = ConversationLog(f"sqlite:///{self.collection.settings.home / 'conversations.sqlite'}")
+        return self._log
+
+    def _limits(self, thread_id: str | None) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"recursion_limit": self.config.agent.budgets.max_steps + 10}
+        if thread_id:
+            cfg["configurable"] = {"thread_id": thread_id}
+        return cfg
+
+    async def astream(self, question: str, thread_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Events: {"event": "node", "node", "decision", "latency_ms"} per step, then
+        {"event": "answer", "answer": Answer}. The answer event is the only one with text a
+        user should see: drafts are validated before they get there."""
+        t0 = time.perf_counter()
+        if not question.strip():
+            raise ValueError("the question is empty")
+        state: dict[str, Any] = {}
+        inputs = turn_input(question, session_id=thread_id or "")
+        if thread_id:
+            async with open_checkpointer(self.checkpointer_url) as saver:
+                graph = self._graph.compile(checkpointer=saver)
+                async for ev in self._run(graph, inputs, thread_id, state):
+                    yield ev
+        else:
+            graph = self._graph.compile()
+            async for ev in self._run(graph, inputs, None, state):
+                yield ev
+        ans = _answer_from(state, question, thread_id, self.config.version_id, t0)
+        if thread_id:
+            self.log.append(thread_id, "user", question)
+            self.log.append(
+                thread_id,
+                "assistant",
+                ans.answer,
+                {
+                    "citations": [c.model_dump() for c in ans.citations],
+                    "refused": ans.refused,
+                    "termination_reason": ans.termination_reason,
+                },
+            )
+        yield {"event": "answer", "answer": ans}
+
+    async def _run(
+        self, graph: Any, inputs: dict[str, Any], thread_id: str | None, state: dict[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for mode, chunk in graph.astream(inputs, self._limits(thread_id), stream_mode=["values", "updates"]):
+                if mode == "values":
+                    state.clear()
+                    state.update(chunk)
+                else:
+                    for node, upd in chunk.items():
+                        rec = (upd or {}).get("trace", [None])[-1] if isinstance(upd, dict) else None
+                        if rec is not None:
+                            yield {
+                                "event": "node",
+                                "node": node,
+                                "decision": rec.decision,
+                                "latency_ms": rec.latency_ms,
+                            }
+        except GraphRecursionError:
+            state["termination_reason"] = "recursion_limit"
+            if not state.get("final_answer"):
+                state["refused"] = True
+                state["final_answer"] = "I couldn't finish checking an answer within the step limit."
+
+    async def aanswer(self, question: str, thread_id: str | None = None) -> Answer:
+        final: Answer | None = None
+        async for ev in self.astream(question, thread_id):
+            if ev["event"] == "answer":
+                final = ev["answer"]
+        assert final is not None
+        return final
+
+    def answer(self, question: str, thread_id: str | None = None) -> Answer:
+        from ragloop.models.chat import run_sync
+
+        return run_sync(self.aanswer(question, thread_id))
+
+    async def forget(self, thread_id: str) -> None:
+        """Delete a conversation: its checkpoints and its full message log."""
+        async with open_checkpointer(self.checkpointer_url) as saver:
+            await saver.adelete_thread(thread_id)
+        self.log.delete(thread_id)
+
+
+def answer(
+    question: str,
+    thread_id: str | None = None,
+    config: PipelineConfig | None = None,
+    collection: str = "default",
+    settings: Settings | None = None,
+) -> Answer:
+    """One question against a collection, with the offline default unless the config names a chat model."""
+    coll = Collection(collection, settings or Settings.from_env())
+    try:
+        return Agent(coll, config).answer(question, thread_id)
+    finally:
+        coll.close()
+
+
+def new_thread_id() -> str:
+    return uuid.uuid4().hex

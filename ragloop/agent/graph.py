@@ -1,0 +1,156 @@
+"""The LangGraph wiring: nodes bound to a runtime, routers, budgets.
+
+Every router first checks the budgets (steps, model calls, wall clock); an exhausted budget
+ends the turn: with the validated answer if there is one, else with a refusal, and always with
+the budget named as the termination reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from langgraph.graph import END, START, StateGraph
+
+from ragloop.agent.nodes.condense import condense
+from ragloop.agent.nodes.critique import critique
+from ragloop.agent.nodes.external import external_search
+from ragloop.agent.nodes.finalize import finalize, refuse
+from ragloop.agent.nodes.generate import generate
+from ragloop.agent.nodes.grade import grade
+from ragloop.agent.nodes.refine import refine
+from ragloop.agent.nodes.retrieve import retrieve
+from ragloop.agent.nodes.rewrite import rewrite
+from ragloop.agent.nodes.validate import validate_citations
+from ragloop.agent.runtime import NodeResult, Runtime
+from ragloop.agent.state import AgentState
+from ragloop.agent.types import TraceRecord
+
+NodeFn = Callable[[AgentState, Runtime], Awaitable[NodeResult]]
+NODES: dict[str, NodeFn] = {
+    "condense": condense,
+    "retrieve": retrieve,
+    "grade": grade,
+    "refine": refine,
+    "rewrite": rewrite,
+    "external_search": external_search,
+    "generate": generate,
+    "validate_citations": validate_citations,
+    "critique": critique,
+    "finalize": finalize,
+    "refuse": refuse,
+}
+
+
+def budget_exceeded(state: AgentState, rt: Runtime) -> str | None:
+    b = rt.config.agent.budgets
+    if state.get("steps", 0) >= b.max_steps:
+        return "budget_steps"
+    if state.get("model_calls", 0) >= b.max_model_calls and rt.chat is not None:
+        return "budget_model_calls"
+    if time.time() - state.get("started_at", time.time()) > b.max_seconds:
+        return "budget_time"
+    return None
+
+
+def _bind(name: str, fn: NodeFn, rt: Runtime) -> Callable[[AgentState], Awaitable[dict[str, Any]]]:
+    async def node(state: AgentState) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        if name in ("finalize", "refuse") and not state.get("termination_reason"):
+            reason = budget_exceeded(state, rt)
+            if reason:
+                state = {**state, "termination_reason": reason}
+        res = await fn(state, rt)
+        record = TraceRecord(
+            node=name,
+            decision=res.decision,
+            detail=res.detail,
+            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            tokens=res.tokens,
+            cost=res.cost,
+            cached=res.cached,
+        )
+        update = dict(res.update)
+        update["trace"] = [record]
+        update["steps"] = state.get("steps", 0) + 1
+        update["model_calls"] = state.get("model_calls", 0) + res.model_calls
+        return update
+
+    node.__name__ = name
+    return node
+
+
+def _end_early(state: AgentState) -> str:
+    return "finalize" if state.get("validation") == "ok" and state.get("pending_answer") else "refuse"
+
+
+def build_graph(rt: Runtime) -> StateGraph:
+    cfg = rt.config.agent
+    g: StateGraph = StateGraph(AgentState)
+    for name, fn in NODES.items():
+        g.add_node(name, cast(Any, _bind(name, fn, rt)))
+
+    def no_context(state: AgentState) -> str:
+        """Nothing usable: retry internally, then search outside, then refuse."""
+        if cfg.rewrite and state.get("rewrites", 0) < cfg.budgets.max_rewrites:
+            return "rewrite"
+        if rt.search is not None and not state.get("external_tried"):
+            return "external_search"
+        return "refuse"
+
+    def after_grade(state: AgentState) -> str:
+        if budget_exceeded(state, rt):
+            return _end_early(state)
+        if state.get("cycle", 0) > 0:
+            return "refine"
+        verdict = state.get("verdict")
+        if verdict == "CORRECT":
+            return "refine"
+        if verdict == "AMBIGUOUS":
+            return "external_search" if rt.search is not None and not state.get("external_tried") else "refine"
+        return no_context(state)
+
+    def after_rewrite(state: AgentState) -> str:
+        if budget_exceeded(state, rt):
+            return _end_early(state)
+        last = state["trace"][-1].detail if state.get("trace") else {}
+        if last.get("duplicate"):
+            return no_context(state)
+        return "external_search" if last.get("purpose") == "external" else "retrieve"
+
+    def after_refine(state: AgentState) -> str:
+        if budget_exceeded(state, rt):
+            return _end_early(state)
+        if state.get("kept"):
+            return "generate"
+        return "finalize" if state.get("cycle", 0) > 0 and state.get("validation") == "ok" else no_context(state)
+
+    def after_validate(state: AgentState) -> str:
+        if budget_exceeded(state, rt):
+            return _end_early(state)
+        status = state.get("validation")
+        if status == "retry":
+            return "generate"
+        if status in ("gate", "exhausted"):
+            return "refuse"
+        return "critique" if cfg.critique else "finalize"
+
+    def after_critique(state: AgentState) -> str:
+        if state.get("termination_reason") or budget_exceeded(state, rt):
+            return "finalize"
+        return "retrieve"
+
+    g.add_edge(START, "condense")
+    g.add_edge("condense", "retrieve")
+    g.add_edge("retrieve", "grade")
+    g.add_conditional_edges("grade", after_grade, ["refine", "external_search", "rewrite", "refuse", "finalize"])
+    g.add_conditional_edges("rewrite", after_rewrite, ["retrieve", "external_search", "rewrite", "refuse", "finalize"])
+    g.add_edge("external_search", "grade")
+    g.add_conditional_edges("refine", after_refine, ["generate", "rewrite", "external_search", "refuse", "finalize"])
+    g.add_edge("generate", "validate_citations")
+    g.add_conditional_edges("validate_citations", after_validate, ["generate", "critique", "finalize", "refuse"])
+    g.add_conditional_edges("critique", after_critique, ["retrieve", "finalize"])
+    g.add_edge("finalize", END)
+    g.add_edge("refuse", END)
+    return g

@@ -1,0 +1,90 @@
+"""finalize and refuse: the only two ways a turn ends.
+
+finalize commits the validated pending answer, keeps only the citations it uses, scores it and
+tells the user, in plain words, what it could not resolve. refuse says the knowledge base does
+not hold the answer and names what was searched; it never generates from ungrounded context.
+"""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage
+
+from ragloop.agent.nodes.critique import score_of
+from ragloop.agent.nodes.validate import CITE
+from ragloop.agent.runtime import NodeResult, Runtime
+from ragloop.agent.state import AgentState
+from ragloop.agent.types import Deficiency
+
+
+def residual_text(defs: list[Deficiency], floor: float) -> list[str]:
+    out = []
+    for d in defs:
+        if d.status in ("open", "unresolvable") and d.severity >= floor:
+            prefix = "Could not resolve" if d.status == "unresolvable" else "Not fully resolved"
+            out.append(f"{prefix}: {d.description}")
+    return out
+
+
+def quality(state: AgentState, floor: float) -> float:
+    grades = [c.grade for c in state.get("retrieved") or [] if c.grade is not None]
+    open_defs = [
+        d for d in state.get("deficiencies") or [] if d.status in ("open", "unresolvable") and d.severity >= floor
+    ]
+    return round(max(grades, default=0.0) * score_of(open_defs), 4)
+
+
+async def finalize(state: AgentState, rt: Runtime) -> NodeResult:
+    cfg = rt.config.agent
+    answer = (state.get("pending_answer") or "").strip()
+    used = {int(n) for n in CITE.findall(answer)}
+    citations = [c for c in state.get("pending_citations") or [] if c.n in used]
+    residuals = residual_text(state.get("deficiencies") or [], cfg.severity_floor)
+    score = quality(state, cfg.severity_floor)
+    reason = state.get("termination_reason") or ("validated" if not cfg.critique else "converged")
+    if score < cfg.min_quality:
+        return await refuse({**state, "termination_reason": "insufficient_evidence"}, rt)
+    shown = answer
+    if residuals:
+        shown += "\n\nNote: " + " ".join(residuals)
+    return NodeResult(
+        update={
+            "final_answer": shown,
+            "citations": citations,
+            "quality_score": score,
+            "residual_deficiencies": residuals,
+            "refused": False,
+            "termination_reason": reason,
+            "messages": [AIMessage(content=shown)],
+        },
+        decision=f"answered ({reason})",
+        detail={"quality": score, "citations": [c.chunk_id for c in citations], "residuals": residuals},
+    )
+
+
+async def refuse(state: AgentState, rt: Runtime) -> NodeResult:
+    reason = state.get("termination_reason") or "no_grounded_context"
+    if state.get("validation") in ("gate", "exhausted") and not state.get("termination_reason"):
+        reason = "no_valid_citations"
+    searched = list(dict.fromkeys(state.get("queries") or [state.get("standalone") or state["question"]]))
+    where = f"the '{rt.collection_name}' knowledge base" if rt.collection_name else "the knowledge base"
+    text = f"I couldn't find this in {where}. I searched for: " + "; ".join(f'"{q}"' for q in searched) + "."
+    note = state.get("external_note")
+    if note:
+        text += f" External search: {note}."
+    return NodeResult(
+        update={
+            "final_answer": text,
+            "citations": [],
+            "refused": True,
+            "termination_reason": reason,
+            "quality_score": 0.0,
+            "residual_deficiencies": [],
+            "messages": [AIMessage(content=text)],
+        },
+        decision=f"refused ({reason})",
+        detail={
+            "searched": searched,
+            "verdict": state.get("verdict"),
+            "reason": state.get("verdict_reason", ""),
+        },
+    )

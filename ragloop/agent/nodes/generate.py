@@ -1,0 +1,110 @@
+"""generate: an answer from the refined context only, with inline [n] citations.
+
+LLM: sources fenced as data, a one-shot example of citing. Offline: an extractive composer
+that picks the best-supported strips, drops near-duplicates and cites each sentence. The result
+is a *pending* answer: nothing is shown until validation passes.
+"""
+
+from __future__ import annotations
+
+from ragloop.agent import prompts
+from ragloop.agent.nodes.validate import sentence_key
+from ragloop.agent.runtime import NodeResult, Runtime
+from ragloop.agent.state import AgentState
+from ragloop.agent.types import Citation, KeptStrip
+from ragloop.models.chat import ChatRequest
+from ragloop.models.errors import ModelError
+from ragloop.text.analysis import content_terms
+
+
+def number_sources(state: AgentState) -> tuple[list[Citation], dict[int, str], dict[str, int]]:
+    """Kept strips grouped by chunk, numbered in context order."""
+    grades = {c.chunk_id: c for c in state.get("retrieved") or []}
+    numbers: dict[str, int] = {}
+    texts: dict[int, list[str]] = {}
+    citations: list[Citation] = []
+    for s in state.get("kept") or []:
+        if s.chunk_id not in numbers:
+            n = len(numbers) + 1
+            numbers[s.chunk_id] = n
+            chunk = grades.get(s.chunk_id)
+            citations.append(
+                Citation(
+                    n=n,
+                    chunk_id=s.chunk_id,
+                    doc_id=s.doc_id,
+                    title=chunk.title if chunk else "",
+                    score=round(chunk.grade or 0.0, 4) if chunk else 0.0,
+                )
+            )
+            texts[n] = []
+        texts[numbers[s.chunk_id]].append(s.text)
+    joined = {n: " ".join(t) for n, t in texts.items()}
+    citations = [c.model_copy(update={"excerpt": joined[c.n][:300]}) for c in citations]
+    return citations, joined, numbers
+
+
+def _similar(a: str, b: str) -> bool:
+    ta, tb = content_terms(a), content_terms(b)
+    return bool(ta and tb) and len(ta & tb) / len(ta | tb) >= 0.7
+
+
+def compose(strips: list[KeptStrip], numbers: dict[str, int], max_sentences: int, avoid: set[str]) -> str:
+    """Extractive answer: best strips first, near-duplicates and rejected strips left out."""
+    ranked = sorted((s for s in strips if sentence_key(s.text) not in avoid), key=lambda s: -s.score)
+    if not ranked:
+        return ""
+    floor = 0.6 * ranked[0].score
+    chosen: list[KeptStrip] = []
+    for s in ranked:
+        if len(chosen) >= max_sentences or s.score < floor:
+            break
+        if any(_similar(s.text, c.text) for c in chosen):
+            continue
+        chosen.append(s)
+    parts = []
+    for s in chosen:
+        text = s.text.strip()
+        if s.kind == "code":
+            parts.append(f"{text}\n[{numbers[s.chunk_id]}]")
+        else:
+            body = text[:-1] if text[-1:] in ".!?" else text
+            end = text[-1] if text[-1:] in ".!?" else "."
+            parts.append(f"{body} [{numbers[s.chunk_id]}]{end}")
+    return " ".join(parts)
+
+
+async def generate(state: AgentState, rt: Runtime) -> NodeResult:
+    cfg = rt.config.agent
+    question = state.get("standalone") or state["question"]
+    citations, texts, numbers = number_sources(state)
+    corrections = state.get("corrections") or []
+    if rt.chat is not None:
+        req = ChatRequest.user(
+            prompts.generate_user(question, prompts.sources_block(citations, texts), corrections),
+            system=prompts.GENERATE_SYSTEM.format(max_sentences=cfg.max_answer_sentences + 2),
+            max_tokens=400,
+        )
+        try:
+            resp = await rt.ask(req)
+            return NodeResult(
+                update={"pending_answer": resp.text.strip(), "pending_citations": citations},
+                decision=f"llm answer with {len(citations)} sources",
+                detail={"sources": [c.chunk_id for c in citations], "corrections": corrections},
+                tokens=resp.usage.total_tokens,
+                model_calls=1,
+                cached=resp.cached,
+            )
+        except ModelError as exc:
+            failure = f"llm failed ({type(exc).__name__}); extractive fallback"
+        else:  # pragma: no cover - returned above
+            failure = ""
+    else:
+        failure = ""
+    avoid = set(state.get("unsupported") or [])
+    answer = compose(state.get("kept") or [], numbers, cfg.max_answer_sentences, avoid)
+    return NodeResult(
+        update={"pending_answer": answer, "pending_citations": citations},
+        decision=failure or f"extractive answer from {len(citations)} sources",
+        detail={"sources": [c.chunk_id for c in citations], "avoided": sorted(avoid)},
+    )

@@ -1,0 +1,84 @@
+"""What the nodes run with: config, retriever, scorers, optional chat model and search.
+
+Nodes are plain async functions `(state, runtime) -> NodeResult`; the graph builder binds the
+runtime and turns each result into a state update plus one trace record, so no node can forget
+to trace or to count its step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragloop.agent.search import SearchProvider, make_search_provider
+from ragloop.config import PipelineConfig, Settings
+from ragloop.models.chat import ChatModel, ChatRequest, ChatResponse, make_chat_model
+from ragloop.models.scoring import Scorer, make_scorer
+from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.retriever import Retriever
+from ragloop.retrieval.types import Hit
+
+
+@dataclass
+class NodeResult:
+    update: dict[str, Any]
+    decision: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    tokens: int = 0
+    model_calls: int = 0
+    cost: float = 0.0
+    cached: bool = False
+
+
+@dataclass
+class Runtime:
+    config: PipelineConfig
+    retriever: Retriever
+    grade_scorer: Scorer
+    refine_scorer: Scorer
+    support_scorer: Scorer
+    chat: ChatModel | None = None
+    search: SearchProvider | None = None
+    collection_name: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        collection: Collection,
+        config: PipelineConfig,
+        *,
+        chat: ChatModel | None = None,
+        scorers: dict[str, Scorer] | None = None,
+        search: SearchProvider | None = None,
+    ) -> Runtime:
+        """Defaults from the config; tests pass doubles for any part."""
+        settings: Settings = collection.settings
+        agent = config.agent
+        if chat is None and agent.chat_model:
+            chat = make_chat_model(agent.chat_model, settings)
+        given = scorers or {}
+
+        def scorer(role: str, name: str) -> Scorer:
+            return given.get(role) or make_scorer(name, settings, chat_model=chat)
+
+        if search is None and agent.external_search:
+            search = make_search_provider(agent.external_search, settings, timeout_s=agent.external_timeout_s)
+        return cls(
+            config=config,
+            retriever=Retriever(collection, config.retrieval),
+            grade_scorer=scorer("grade", agent.scorers.grade),
+            refine_scorer=scorer("refine", agent.scorers.refine),
+            support_scorer=scorer("support", agent.scorers.support),
+            chat=chat,
+            search=search,
+            collection_name=collection.name,
+        )
+
+    async def retrieve(self, query: str, k: int | None = None) -> list[Hit]:
+        return await asyncio.to_thread(self.retriever.retrieve, query, k)
+
+    async def ask(self, req: ChatRequest) -> ChatResponse:
+        if self.chat is None:
+            raise RuntimeError("no chat model configured")
+        return await self.chat.request(req)

@@ -1,0 +1,113 @@
+"""Typed values that live in the graph state; pydantic so checkpoints serialise them."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Verdict = Literal["CORRECT", "AMBIGUOUS", "INCORRECT"]
+TerminationReason = Literal[
+    "converged",  # no open deficiency above the severity floor
+    "plateau",  # the quality score stopped improving
+    "max_cycles",  # critique cycles exhausted
+    "validated",  # citations validated; critique switched off
+    "budget_steps",
+    "budget_model_calls",
+    "budget_time",
+    "recursion_limit",
+    "no_grounded_context",  # refused: nothing relevant enough was found
+    "no_valid_citations",  # refused: the hallucination gate found no valid citation
+    "insufficient_evidence",  # refused: an answer was drafted but its evidence did not hold up
+]
+REFUSAL_REASONS: frozenset[str] = frozenset({"no_grounded_context", "no_valid_citations", "insufficient_evidence"})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class RetrievedChunk(_Model):
+    chunk_id: str
+    doc_id: str
+    title: str = ""
+    heading_path: tuple[str, ...] = ()
+    text: str
+    source: Literal["internal", "external"] = "internal"
+    query: str = ""
+    retrieval_score: float = 0.0
+    stage_scores: dict[str, float] = Field(default_factory=dict)
+    grade: float | None = None
+    grade_evidence: str = ""
+
+
+class KeptStrip(_Model):
+    """A strip that survived refinement, with provenance back to its chunk."""
+
+    text: str
+    chunk_id: str
+    doc_id: str
+    start: int
+    end: int
+    kind: str = "sentence"
+    score: float = 0.0
+
+
+class Citation(_Model):
+    n: int
+    chunk_id: str
+    doc_id: str
+    title: str = ""
+    excerpt: str = ""
+    score: float = 0.0
+
+
+class DeficiencyType(StrEnum):
+    OUTDATED_SOURCE = "outdated_source"
+    MISSING_ASPECT = "missing_aspect"
+    INCORRECT_NUMBER = "incorrect_number"
+    MISSING_EXEMPTION = "missing_exemption"
+    CONTRADICTORY_SOURCES = "contradictory_sources"
+    INSUFFICIENT_SPECIFICITY = "insufficient_specificity"
+    UNSUPPORTED_CLAIM = "unsupported_claim"
+
+
+class Deficiency(_Model):
+    id: str
+    type: DeficiencyType
+    description: str
+    affected_section: str
+    correction_query: str
+    severity: float = Field(ge=0.0, le=1.0)
+    cycle_found: int
+    status: Literal["open", "addressed", "unresolvable"] = "open"
+    attempts: int = 0
+
+    @staticmethod
+    def make_id(kind: DeficiencyType, affected_section: str) -> str:
+        """Content hash: the same problem found again keeps its id (and its attempt count)."""
+        norm = " ".join(affected_section.lower().split())
+        return hashlib.sha256(f"{kind.value}:{norm}".encode()).hexdigest()[:12]
+
+
+class CycleRecord(_Model):
+    cycle: int
+    found: list[str]
+    resolved: list[str]
+    score: float
+    queries: list[str]
+    at: float = Field(default_factory=time.time)
+
+
+class TraceRecord(_Model):
+    node: str
+    decision: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+    latency_ms: float = 0.0
+    tokens: int = 0
+    cost: float = 0.0
+    cached: bool = False
+    at: float = Field(default_factory=time.time)
