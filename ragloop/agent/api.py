@@ -13,6 +13,7 @@ from langgraph.errors import GraphRecursionError
 
 from ragloop.agent.graph import build_graph
 from ragloop.agent.memory import ConversationLog, open_checkpointer
+from ragloop.agent.nodes.validate import CITE
 from ragloop.agent.runtime import Runtime
 from ragloop.agent.state import turn_input
 from ragloop.agent.trace import Trace
@@ -91,7 +92,8 @@ class Agent:
         checkpointer_url: str | None = None,
     ) -> None:
         self.collection = collection
-        self.config = config or PipelineConfig()
+        # a given runtime brings its config: budgets, recursion limit and version must be the graph's
+        self.config = config or (runtime.config if runtime is not None else PipelineConfig())
         self.runtime = runtime or Runtime.build(collection, self.config)
         settings: Settings = collection.settings
         settings.home.mkdir(parents=True, exist_ok=True)
@@ -106,7 +108,7 @@ class Agent:
         return self._log
 
     def _limits(self, thread_id: str | None) -> dict[str, Any]:
-        cfg: dict[str, Any] = {"recursion_limit": self.config.agent.budgets.max_steps + 10}
+        cfg: dict[str, Any] = {"recursion_limit": self.runtime.config.agent.budgets.max_steps + 10}
         if thread_id:
             cfg["configurable"] = {"thread_id": thread_id}
         return cfg
@@ -164,7 +166,12 @@ class Agent:
                             }
         except GraphRecursionError:
             state["termination_reason"] = "recursion_limit"
-            if not state.get("final_answer"):
+            if state.get("validated_answer") and not state.get("final_answer"):
+                answer = state["validated_answer"]
+                used = {int(n) for n in CITE.findall(answer)}
+                state["final_answer"] = answer
+                state["citations"] = [c for c in state.get("validated_citations") or [] if c.n in used]
+            elif not state.get("final_answer"):
                 state["refused"] = True
                 state["final_answer"] = "I couldn't finish checking an answer within the step limit."
 

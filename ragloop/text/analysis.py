@@ -46,7 +46,53 @@ _QUESTION_WORDS = frozenset(
         "explain",
     }
 )
-_SENTENCE_START_NOISE = frozenset({"What", "Which", "Who", "When", "Where", "Why", "How", "The", "A", "An", "In"})
+_SENTENCE_START_NOISE = frozenset(
+    {
+        "What",
+        "Which",
+        "Who",
+        "Whom",
+        "Whose",
+        "When",
+        "Where",
+        "Why",
+        "How",
+        "The",
+        "A",
+        "An",
+        "In",
+        "On",
+        "At",
+        "Of",
+        "For",
+        "Did",
+        "Does",
+        "Do",
+        "Is",
+        "Are",
+        "Was",
+        "Were",
+        "Can",
+        "Could",
+        "Should",
+        "Would",
+        "Will",
+        "Has",
+        "Have",
+        "Had",
+        "If",
+        "Though",
+        "Although",
+        "After",
+        "Before",
+        "During",
+        "Since",
+        "From",
+        "To",
+        "By",
+        "With",
+    }
+)
 
 
 @lru_cache(maxsize=4)
@@ -67,10 +113,11 @@ def entities(text: str) -> set[str]:
     """Capitalised names; a capital at the start of a sentence only counts with company."""
     out = set()
     for m in _ENTITY.finditer(text):
-        name = m.group(0).strip()
-        if name in _SENTENCE_START_NOISE:
-            continue
-        out.add(name)
+        words = m.group(0).split()
+        while words and words[0] in _SENTENCE_START_NOISE:  # "Did Krellmark" is about Krellmark
+            words = words[1:]
+        if words:
+            out.add(" ".join(words))
     return out
 
 

@@ -117,9 +117,7 @@ class SearchServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 parts = urlsplit(self.path)
-                rec = Recorded(
-                    self.command, parts.path, parse_qs(parts.query), dict(self.headers.items()), body
-                )
+                rec = Recorded(self.command, parts.path, parse_qs(parts.query), dict(self.headers.items()), body)
                 reply = server._next(rec)
                 if reply.delay_s and server._stopping.wait(reply.delay_s):
                     return

@@ -303,9 +303,7 @@ def test_an_unexpected_exception_becomes_a_search_error_and_counts() -> None:
         (as_json({"results": [{"url": "https://x.example", "content": "c", "score": "high"}]}), "score"),
     ],
 )
-def test_a_malformed_or_wrong_shaped_answer_is_a_bad_response(
-    server: SearchServer, reply: Reply, reason: str
-) -> None:
+def test_a_malformed_or_wrong_shaped_answer_is_a_bad_response(server: SearchServer, reply: Reply, reason: str) -> None:
     server.script(reply)
     p = GuardedProvider(SearxNGProvider(server.url))
     with pytest.raises(SearchBadResponse, match=reason):

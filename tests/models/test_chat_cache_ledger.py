@@ -119,9 +119,7 @@ def test_cache_size_cap_evicts_least_recently_used(db: ModelsDB) -> None:
 
 def test_cache_byte_cap(db: ModelsDB) -> None:
     clock = Clock()
-    model = Cached(
-        TestModel(["x" * 300, "y" * 300, "z" * 300]), db, max_entries=None, max_bytes=None, clock=clock
-    )
+    model = Cached(TestModel(["x" * 300, "y" * 300, "z" * 300]), db, max_entries=None, max_bytes=None, clock=clock)
     run_sync(model.request(ChatRequest.user("q1")))
     one = model.stats()["bytes"]
     model.max_bytes = int(2.5 * one)  # room for two entries of this size, not three

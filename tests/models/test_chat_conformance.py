@@ -50,9 +50,7 @@ def test_conformance(backend: ChatModel) -> None:
             plain = await backend.request(plain_req)
             streamed = "".join([p async for p in backend.stream(plain_req)])
             city = await backend.request(
-                ChatRequest.user(
-                    "Give the city Paris and its country as JSON.", output_type=City, max_tokens=40
-                )
+                ChatRequest.user("Give the city Paris and its country as JSON.", output_type=City, max_tokens=40)
             )
             yes_no = await backend.request(
                 ChatRequest.user("Is Paris in France? yes or no", max_tokens=1, top_logprobs=2)

@@ -43,8 +43,7 @@ class FakeParts:
         (root / mod).mkdir()
         (root / mod / "blob.bin").write_bytes(chunks[0])
         (root / mod / "__init__.py").write_text(
-            "from pathlib import Path\n\n"
-            "def get_part_path():\n    return Path(__file__).parent / 'blob.bin'\n"
+            "from pathlib import Path\n\ndef get_part_path():\n    return Path(__file__).parent / 'blob.bin'\n"
         )
         _dist_info(root, f"fakegguf-{self.tag}-p1", [f"{mod}/__init__.py", f"{mod}/blob.bin"])
         self.modules = [mod]

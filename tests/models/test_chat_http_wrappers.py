@@ -78,9 +78,7 @@ def test_retry_after_is_honoured_then_5xx_backs_off(server: ScriptedServer, real
     assert model.retries == 2
 
 
-def test_backoff_grows_exponentially_and_gives_up_after_max_attempts(
-    server: ScriptedServer, real: None
-) -> None:
+def test_backoff_grows_exponentially_and_gives_up_after_max_attempts(server: ScriptedServer, real: None) -> None:
     server.default = Reply(500, error("boom"))
     model = Retrying(_model(server), base_delay_s=0.02, max_attempts=4, jitter=False)
     with pytest.raises(TransientModelError) as info:
@@ -174,9 +172,7 @@ class Verdict(BaseModel):
     supported: bool
 
 
-def test_structured_output_falls_back_from_json_schema_to_json_mode_to_text(
-    server: ScriptedServer, real: None
-) -> None:
+def test_structured_output_falls_back_from_json_schema_to_json_mode_to_text(server: ScriptedServer, real: None) -> None:
     server.script = [
         Reply(400, error("response_format json_schema is not supported by this model")),
         Reply(400, error("'response_format' of type 'json_object' is not supported")),

@@ -79,12 +79,7 @@ def test_our_backend_plain_structured_logprobs_and_stream(smol: LoadedModel, rea
                 ChatRequest.user("Is the sky blue? Answer yes or no.", max_tokens=1, top_logprobs=4)
             )
             streamed = "".join(
-                [
-                    p
-                    async for p in model.stream(
-                        ChatRequest.user("What is the capital of France?", max_tokens=12)
-                    )
-                ]
+                [p async for p in model.stream(ChatRequest.user("What is the capital of France?", max_tokens=12))]
             )
             return plain, person, yes_no, streamed
 
@@ -98,9 +93,7 @@ def test_our_backend_plain_structured_logprobs_and_stream(smol: LoadedModel, rea
     assert sum(yes_no.first_token_probs().values()) <= 1.0 + 1e-6
 
 
-def test_local_and_remote_paths_agree_at_temperature_zero(
-    smol: LoadedModel, smol_settings: object, real: None
-) -> None:
+def test_local_and_remote_paths_agree_at_temperature_zero(smol: LoadedModel, smol_settings: object, real: None) -> None:
     from ragloop.models.chat.local import LocalChatModel
 
     req = ChatRequest.user("Name a colour.", max_tokens=6)

@@ -29,17 +29,13 @@ def test_valid_json_is_parsed_first_time() -> None:
 
 
 def test_invalid_then_valid_is_repaired_once_with_the_errors_shown() -> None:
-    model = TestModel(
-        ["I think it is relevant.", '```json\n{"relevant": false, "score": 0.1}\n```'], name="test:g"
-    )
+    model = TestModel(["I think it is relevant.", '```json\n{"relevant": false, "score": 0.1}\n```'], name="test:g")
     resp = run_sync(model.request(ChatRequest.user("grade", output_type=Grade)))
     assert resp.parsed == Grade(relevant=False, score=0.1)
     assert resp.repaired
     assert len(model.requests) == 2
     repair = model.requests[1]
-    assert (
-        repair.messages[-2].role == "assistant" and repair.messages[-2].content == "I think it is relevant."
-    )
+    assert repair.messages[-2].role == "assistant" and repair.messages[-2].content == "I think it is relevant."
     assert "not valid JSON" in repair.messages[-1].content
     assert repair.output_type is Grade
     # usage covers both turns

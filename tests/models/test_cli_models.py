@@ -65,9 +65,7 @@ def test_pull_unknown_and_non_local_names_fail(home: Path) -> None:
     assert runner.invoke(app, ["pull", "openai:gpt-4o-mini"]).exit_code == 1
 
 
-def test_pull_assembles_a_registered_split_model(
-    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pull_assembles_a_registered_split_model(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path / "site"
     data = b"fake gguf " * 50
     dist_files = {"clipart-a1": data[:200], "clipart-a2": data[200:]}
@@ -113,14 +111,10 @@ def test_check_fails_with_exit_code_when_the_model_cannot_answer(home: Path, rea
     assert runner.invoke(app, ["check", "nope:model"]).exit_code == 1
 
 
-def test_check_the_local_smoke_model(
-    home: Path, smol: LoadedModel, smol_settings: Settings, real: None
-) -> None:
+def test_check_the_local_smoke_model(home: Path, smol: LoadedModel, smol_settings: Settings, real: None) -> None:
     result = runner.invoke(app, ["check", "local:smollm2-135m"])
     assert result.exit_code == 0, result.output
     assert "answered:" in result.output and "tokens/s" in result.output
-    data = json.loads(
-        runner.invoke(app, ["check", "local:smollm2-135m", "--json", "--max-tokens", "8"]).output
-    )
+    data = json.loads(runner.invoke(app, ["check", "local:smollm2-135m", "--json", "--max-tokens", "8"]).output)
     assert data["ok"] and data["answer"] and 0 < data["completion_tokens"] <= 8
     assert data["tokens_per_s"] > 0

@@ -53,9 +53,7 @@ def test_minilm_refuses_a_file_with_the_wrong_hash(monkeypatch: pytest.MonkeyPat
 def test_hashed_embedder_is_deterministic_and_lexical() -> None:
     a, b = emb.HashedEmbedder(64), emb.HashedEmbedder(64)
     x = a.embed(["os.walk the tree", "walk the tree with os.walk", "unrelated socket text"])
-    assert np.array_equal(
-        x, b.embed(["os.walk the tree", "walk the tree with os.walk", "unrelated socket text"])
-    )
+    assert np.array_equal(x, b.embed(["os.walk the tree", "walk the tree with os.walk", "unrelated socket text"]))
     assert x[0] @ x[1] > x[0] @ x[2]
 
 

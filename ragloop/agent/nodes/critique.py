@@ -208,7 +208,8 @@ async def critique(state: AgentState, rt: Runtime) -> NodeResult:
     updates: list[Deficiency] = []
     resolved: list[str] = []
     for d in previous.values():
-        if d.status == "open" and d.id not in found_ids:
+        # gone from the current answer: addressed, even if it had been given up on (not disclosed then)
+        if d.status in ("open", "unresolvable") and d.id not in found_ids:
             updates.append(d.model_copy(update={"status": "addressed"}))
             resolved.append(d.id)
     for d in found:

@@ -1,8 +1,9 @@
 """finalize and refuse: the only two ways a turn ends.
 
-finalize commits the validated pending answer, keeps only the citations it uses, scores it and
-tells the user, in plain words, what it could not resolve. refuse says the knowledge base does
-not hold the answer and names what was searched; it never generates from ungrounded context.
+finalize commits the latest validated answer, keeps only the citations it uses, scores it and
+tells the user, in plain words, what it could not resolve (and when external search failed).
+refuse says the knowledge base does not hold the answer and names what was searched; it never
+generates from ungrounded context.
 """
 
 from __future__ import annotations
@@ -35,17 +36,30 @@ def quality(state: AgentState, floor: float) -> float:
 
 async def finalize(state: AgentState, rt: Runtime) -> NodeResult:
     cfg = rt.config.agent
-    answer = (state.get("pending_answer") or "").strip()
+    validated = state.get("validated_answer")
+    answer = (validated if validated is not None else state.get("pending_answer") or "").strip()
+    sources = state.get("validated_citations") if validated is not None else state.get("pending_citations")
     used = {int(n) for n in CITE.findall(answer)}
-    citations = [c for c in state.get("pending_citations") or [] if c.n in used]
+    citations = [c for c in sources or [] if c.n in used]
     residuals = residual_text(state.get("deficiencies") or [], cfg.severity_floor)
     score = quality(state, cfg.severity_floor)
-    reason = state.get("termination_reason") or ("validated" if not cfg.critique else "converged")
+    reason = state.get("termination_reason")
+    if not reason and state.get("validation") in ("gate", "exhausted"):
+        reason = "plateau"  # the next cycle's draft did not hold up: the earlier answer is as good as it got
+    reason = reason or ("validated" if not cfg.critique else "converged")
     if score < cfg.min_quality:
         return await refuse({**state, "termination_reason": "insufficient_evidence"}, rt)
+    notes = list(residuals)
+    failed = [
+        r.detail.get("error", "")
+        for r in state.get("trace") or []
+        if r.node == "external_search" and r.decision == "degraded"
+    ]
+    if failed:
+        notes.append(f"External search failed ({failed[-1]}), so this answer uses the knowledge base only.")
     shown = answer
-    if residuals:
-        shown += "\n\nNote: " + " ".join(residuals)
+    if notes:  # notes are not citations: no [n] in them may look like one
+        shown += "\n\nNote: " + " ".join(CITE.sub(r"(\1)", n) for n in notes)
     return NodeResult(
         update={
             "final_answer": shown,

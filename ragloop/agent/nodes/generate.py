@@ -15,6 +15,7 @@ from ragloop.agent.types import Citation, KeptStrip
 from ragloop.models.chat import ChatRequest
 from ragloop.models.errors import ModelError
 from ragloop.text.analysis import content_terms
+from ragloop.text.sentences import split_strips
 
 
 def number_sources(state: AgentState) -> tuple[list[Citation], dict[int, str], dict[str, int]]:
@@ -64,13 +65,17 @@ def compose(strips: list[KeptStrip], numbers: dict[str, int], max_sentences: int
         chosen.append(s)
     parts = []
     for s in chosen:
-        text = s.text.strip()
-        if s.kind == "code":
-            parts.append(f"{text}\n[{numbers[s.chunk_id]}]")
-        else:
-            body = text[:-1] if text[-1:] in ".!?" else text
-            end = text[-1] if text[-1:] in ".!?" else "."
-            parts.append(f"{body} [{numbers[s.chunk_id]}]{end}")
+        n = numbers[s.chunk_id]
+        # a strip is one sentence after refinement, a whole chunk without it: cite every sentence
+        pieces: list[tuple[str, str]] = [(p.text, p.kind) for p in split_strips(s.text)] if s.kind == "sentence" else []
+        for raw, kind in pieces or [(s.text, s.kind)]:
+            text = raw.strip()
+            if kind == "code":
+                parts.append(f"{text}\n[{n}]")
+            elif sentence_key(text) not in avoid:
+                body = text[:-1] if text[-1:] in ".!?" else text
+                end = text[-1] if text[-1:] in ".!?" else "."
+                parts.append(f"{body} [{n}]{end}")
     return " ".join(parts)
 
 

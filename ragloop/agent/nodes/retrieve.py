@@ -41,11 +41,21 @@ async def retrieve(state: AgentState, rt: Runtime) -> NodeResult:
             if hit.chunk_id not in seen:
                 seen.add(hit.chunk_id)
                 chunks.append(to_chunk(hit, q))
+    same = bool(chunks) and {c.chunk_id for c in chunks} == set(state.get("last_batch") or [])
     known = {c.chunk_id for c in state.get("retrieved") or []}
     new = [c for c in chunks if c.chunk_id not in known]
     issued = [q for q in queries if q not in (state.get("queries") or [])]
     return NodeResult(
         update={"retrieved": chunks, "last_batch": [c.chunk_id for c in chunks], "queries": issued},
-        decision=f"{len(chunks)} chunks ({len(new)} new) for {len(queries)} quer{'y' if len(queries) == 1 else 'ies'}",
-        detail={"queries": queries, "chunk_ids": [c.chunk_id for c in chunks], "targeted": bool(in_cycle)},
+        decision=(
+            "same chunk set as the previous retrieval: nothing new to grade"
+            if same
+            else f"{len(chunks)} chunks ({len(new)} new) for {len(queries)} quer{'y' if len(queries) == 1 else 'ies'}"
+        ),
+        detail={
+            "queries": queries,
+            "chunk_ids": [c.chunk_id for c in chunks],
+            "targeted": bool(in_cycle),
+            "same": same,
+        },
     )

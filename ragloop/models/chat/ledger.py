@@ -34,9 +34,7 @@ class Price:
     output_per_mtok: float
 
     def cost(self, usage: Usage) -> float:
-        return (
-            usage.prompt_tokens * self.input_per_mtok + usage.completion_tokens * self.output_per_mtok
-        ) / 1e6
+        return (usage.prompt_tokens * self.input_per_mtok + usage.completion_tokens * self.output_per_mtok) / 1e6
 
 
 # List prices (USD per 1M tokens) at the time of writing; override with RAGLOOP_MODEL_PRICES.
@@ -172,9 +170,7 @@ class Logged(WrapperModel):
                 error=f"{type(exc).__name__}: {exc}",
             )
             raise
-        self._record(
-            req, text=resp.text, usage=resp.usage, latency_ms=resp.latency_ms, cached=resp.cached, error=None
-        )
+        self._record(req, text=resp.text, usage=resp.usage, latency_ms=resp.latency_ms, cached=resp.cached, error=None)
         return resp
 
     async def stream(self, req: ChatRequest) -> AsyncIterator[str]:
@@ -191,9 +187,7 @@ class Logged(WrapperModel):
             raise
         finally:
             text = "".join(pieces)
-            usage = Usage(
-                prompt_tokens=estimate_tokens(req.prompt_text()), completion_tokens=estimate_tokens(text)
-            )
+            usage = Usage(prompt_tokens=estimate_tokens(req.prompt_text()), completion_tokens=estimate_tokens(text))
             self._record(
                 req,
                 text=text,

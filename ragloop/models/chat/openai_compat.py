@@ -130,9 +130,7 @@ class OpenAIChatModel(ChatModel):
                 )
             key = "unused"  # keyless local endpoints (Ollama, llama.cpp) still need a non-empty value
         # A client is bound to the loop it first ran on; a new loop (another run_sync) gets its own.
-        self._client = openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=key, max_retries=0, timeout=self.timeout_s
-        )
+        self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=self.timeout_s)
         self._client_loop = loop
         return self._client
 

@@ -62,9 +62,7 @@ def make_chat_model(name: str, settings: Settings | None = None) -> ChatModel:
     """The bare backend for `"provider:name"` (nothing is loaded or contacted yet)."""
     provider, rest = split_name(name)
     if provider not in _providers:
-        raise UnknownModelError(
-            f"no chat-model provider {provider!r} in {name!r}; known: {', '.join(providers())}"
-        )
+        raise UnknownModelError(f"no chat-model provider {provider!r} in {name!r}; known: {', '.join(providers())}")
     return _providers[provider].factory(rest, settings or Settings.from_env())
 
 

@@ -60,17 +60,14 @@ def validate(output_type: type[BaseModel], text: str) -> tuple[BaseModel | None,
     try:
         return output_type.model_validate_json(extract_json(text)), ""
     except ValidationError as exc:
-        errors = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()[:10]
-        )
+        errors = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()[:10])
         return None, errors
 
 
 def schema_instruction(schema: dict[str, Any]) -> str:
     """The instruction for endpoints that cannot be constrained by the schema itself."""
-    return (
-        "Reply with only a JSON object (no prose, no code fence) that matches this JSON schema:\n"
-        + json.dumps(schema, separators=(",", ":"))
+    return "Reply with only a JSON object (no prose, no code fence) that matches this JSON schema:\n" + json.dumps(
+        schema, separators=(",", ":")
     )
 
 
@@ -99,9 +96,7 @@ async def complete(raw: RawCall, req: ChatRequest, model: str) -> ChatResponse:
     parsed, errors2 = validate(req.output_type, second.text)
     if parsed is not None:
         _count(model, "repaired")
-        return second.model_copy(
-            update={"parsed": parsed, "usage": usage, "latency_ms": latency, "repaired": True}
-        )
+        return second.model_copy(update={"parsed": parsed, "usage": usage, "latency_ms": latency, "repaired": True})
     _count(model, "failed")
     raise StructuredOutputError(
         f"{model}: reply does not match {req.output_type.__name__} after one repair attempt: {errors2}",

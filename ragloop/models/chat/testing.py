@@ -142,9 +142,7 @@ class TestModel(ChatModel):
         return ChatResponse(
             text=out,
             model=self.name,
-            usage=Usage(
-                prompt_tokens=estimate_tokens(req.prompt_text()), completion_tokens=estimate_tokens(out)
-            ),
+            usage=Usage(prompt_tokens=estimate_tokens(req.prompt_text()), completion_tokens=estimate_tokens(out)),
             latency_ms=self.latency_ms if self.latency_ms is not None else elapsed,
             logprobs=logprobs,
             finish_reason="stop",
@@ -187,9 +185,7 @@ class FunctionModel(ChatModel):
         return ChatResponse(
             text=out,
             model=self.name,
-            usage=Usage(
-                prompt_tokens=estimate_tokens(req.prompt_text()), completion_tokens=estimate_tokens(out)
-            ),
+            usage=Usage(prompt_tokens=estimate_tokens(req.prompt_text()), completion_tokens=estimate_tokens(out)),
             latency_ms=(time.perf_counter() - start) * 1000,
             finish_reason="stop",
         )
