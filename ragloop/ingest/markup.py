@@ -231,9 +231,7 @@ class _Html(Sink):
                 self.inline.append(str(child))
             elif not isinstance(child, Tag) or child.name in _DROP_TAGS:
                 continue
-            elif child.name in _INLINE_TAGS and not (
-                child.name == "code" and "\n" in child.get_text().strip()
-            ):
+            elif child.name in _INLINE_TAGS and not (child.name == "code" and "\n" in child.get_text().strip()):
                 self.walk(child)
             elif child.name == "br":
                 self.inline.append(" ")

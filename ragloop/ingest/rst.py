@@ -151,9 +151,7 @@ def _list_table(content: list[str]) -> list[str]:
     return [" | ".join(strip_rst_inline(c) for c in r) for r in rows]
 
 
-def _directive(
-    st: _Rst, name: str, args: str, body: list[str], extra: tuple[str, ...], cls: str | None
-) -> None:
+def _directive(st: _Rst, name: str, args: str, body: list[str], extra: tuple[str, ...], cls: str | None) -> None:
     domain, _, kind = name.rpartition(":")
     head, opts, content = _split_directive(body)
     if domain in ("", "py") and kind in PY_OBJECTS and args:

@@ -106,9 +106,7 @@ def plan_ingest(
                 plan.ignored += 1
                 continue
             seen.add(rel)
-            plan.changes.append(
-                _classify(path, rel, str(root), known.get(rel), chunking, index_fingerprint, max_bytes)
-            )
+            plan.changes.append(_classify(path, rel, str(root), known.get(rel), chunking, index_fingerprint, max_bytes))
         if arg.is_dir():
             for rel, rec in known.items():
                 if rec.root == str(root) and rel not in seen:
@@ -159,8 +157,6 @@ def _classify(
     except LoaderError as exc:
         return FileChange(rel=rel, kind="skipped", root=root, record=old, error=str(exc))
     except OSError as exc:
-        return FileChange(
-            rel=rel, kind="skipped", root=root, record=old, error=f"cannot read: {exc.strerror}"
-        )
+        return FileChange(rel=rel, kind="skipped", root=root, record=old, error=f"cannot read: {exc.strerror}")
     record = replace(record, n_docs=len(docs), n_chunks=len(chunks))
     return FileChange(rel=rel, kind="changed" if old else "new", root=root, record=record, chunks=chunks)

@@ -71,9 +71,7 @@ def make_pdf(pages: list[str], title: str | None = None) -> bytes:
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1))
     out.write(b"".join(b"%010d 00000 n \n" % off for off in offsets))
     info = b" /Info %d 0 R" % len(objs) if title else b""
-    out.write(
-        b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, info, xref)
-    )
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, info, xref))
     return out.getvalue()
 
 

@@ -21,9 +21,7 @@ from tests.conftest import write_squad_docs
 RAGLOOP = [sys.executable, "-m", "ragloop"]
 
 
-def ragloop(
-    *args: str, home: Path, timeout: float = 300, check: bool = True
-) -> subprocess.CompletedProcess[str]:
+def ragloop(*args: str, home: Path, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, RAGLOOP_HOME=str(home))
     p = subprocess.run([*RAGLOOP, *args], env=env, capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
@@ -34,9 +32,7 @@ def ragloop(
 def test_ingest_search_collections_json(tmp_path: Path, ragloop_home: Path) -> None:
     docs = tmp_path / "docs"
     questions = write_squad_docs(docs, articles=1, paragraphs=12)
-    summary = json.loads(
-        ragloop("ingest", str(docs), "--collection", "sq", "--json", home=ragloop_home).stdout
-    )
+    summary = json.loads(ragloop("ingest", str(docs), "--collection", "sq", "--json", home=ragloop_home).stdout)
     assert summary["files"]["new"] == 12 and summary["chunks_total"] >= 12 and summary["generation"] == 1
 
     for mode in ("bm25", "dense", "hybrid"):
@@ -60,9 +56,7 @@ def test_ingest_search_collections_json(tmp_path: Path, ragloop_home: Path) -> N
         }
     found = 0
     for question, stem in questions[::3]:
-        res = json.loads(
-            ragloop("search", question, "-c", "sq", "-k", "5", "--json", home=ragloop_home).stdout
-        )
+        res = json.loads(ragloop("search", question, "-c", "sq", "-k", "5", "--json", home=ragloop_home).stdout)
         found += any(h["doc_id"] == f"{stem}.md" for h in res["hits"])
     assert found >= 0.8 * len(questions[::3]), found
 
@@ -91,9 +85,7 @@ def test_sigint_during_ingest_keeps_the_previous_index(tmp_path: Path, ragloop_h
     ragloop("ingest", str(docs), "-c", "kb", home=ragloop_home)
     write_squad_docs(docs, articles=3)  # ~150 more paragraphs: several seconds of embedding
     env = dict(os.environ, RAGLOOP_HOME=str(ragloop_home))
-    proc = subprocess.Popen(
-        [*RAGLOOP, "ingest", str(docs), "-c", "kb"], env=env, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([*RAGLOOP, "ingest", str(docs), "-c", "kb"], env=env, stderr=subprocess.PIPE, text=True)
     cache = ragloop_home / "cache" / "embeddings.sqlite"
     deadline = time.time() + 120
     baseline = _cached(cache)

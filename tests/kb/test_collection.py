@@ -20,9 +20,7 @@ def _docs(root: Path) -> None:
         "# os\n\n## os.walk\n\nGenerate the file names in a directory tree by walking the tree "
         "top-down or bottom-up.\n\n```python\nfor root, dirs, files in os.walk('.'):\n    print(root)\n```\n"
     )
-    (root / "json.md").write_text(
-        "# json\n\nParse a JSON document with json.loads and write one with json.dumps.\n"
-    )
+    (root / "json.md").write_text("# json\n\nParse a JSON document with json.loads and write one with json.dumps.\n")
     sub = root / "guide"
     sub.mkdir(exist_ok=True)
     (sub / "docker.md").write_text("# Docker\n\nThe daemon reads daemon.json; limit memory with --memory.\n")
@@ -127,9 +125,7 @@ def test_missing_collection_and_bad_names_are_clear_errors(tmp_path: Path) -> No
         Collection("kb", Settings()).ingest([tmp_path / "missing"], HASHED)
 
 
-def test_interrupted_write_leaves_previous_generation_serving(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_interrupted_write_leaves_previous_generation_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A crash after the new generation's files are half written must not change what is served."""
     import ragloop.retrieval.store as store
 

@@ -54,9 +54,7 @@ def test_fusion_methods_rank_the_clear_winner_first(coll: Collection, method: st
 
 
 def test_rerank_stage_scores_and_keeps_a_relevant_top(coll: Collection) -> None:
-    hits = _retriever(coll, rerank={"enabled": True, "top_n": 5}).retrieve(
-        "names in a directory listing", k=3
-    )
+    hits = _retriever(coll, rerank={"enabled": True, "top_n": 5}).retrieve("names in a directory listing", k=3)
     assert all("rerank" in h.scores for h in hits)
     assert hits[0].doc_id in {"listdir.md", "walk.md"}
 
@@ -66,9 +64,7 @@ def test_mmr_demotes_a_near_duplicate(coll: Collection) -> None:
     assert set(plain) == {"dup1.md", "dup2.md"}
     diverse = [
         h.doc_id
-        for h in _retriever(coll, mmr={"enabled": True, "lambda": 0.3}).retrieve(
-            "shutil.copytree directory tree", k=2
-        )
+        for h in _retriever(coll, mmr={"enabled": True, "lambda": 0.3}).retrieve("shutil.copytree directory tree", k=2)
     ]
     assert len({"dup1.md", "dup2.md"} & set(diverse)) == 1
 
