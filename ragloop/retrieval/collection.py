@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragloop.config.pipeline import PipelineConfig
+from ragloop.config.pipeline import LexicalConfig, PipelineConfig
 from ragloop.config.settings import Settings
 from ragloop.ingest.registry import FileRecord, Registry
 from ragloop.ingest.scan import IngestPlan, plan_ingest
@@ -258,6 +258,48 @@ class Collection:
         vectors = np.concatenate([kept_vectors, new_vectors]).astype(np.float32)
         hits, misses = getattr(embedder, "hits", 0), getattr(embedder, "misses", 0)
         return chunks, vectors, misses, hits
+
+    def delete_documents(self, rels: Sequence[str]) -> IngestSummary:
+        """Remove source files (paths as registered, e.g. `guide/docker.md`) from the index, as
+        one new generation. Unknown paths are an error, so a typo never looks like a success."""
+        start = time.perf_counter()
+        with self._lock():
+            registry = self.registry
+            known = registry.files()
+            missing = sorted(set(rels) - set(known))
+            if missing:
+                raise CollectionError(f"not in collection {self.name!r}: {', '.join(missing)}")
+            old_gen = self.generation()
+            cur = self.load()
+            gone = set(rels)
+            keep = [i for i, ch in enumerate(cur.chunks) if _source(ch) not in gone]
+            m = cur.manifest
+            vectors = np.asarray(cur.vectors)[keep] if keep else np.zeros((0, m.dim), dtype=np.float32)
+            new_gen = old_gen + 1
+            write_generation(
+                self.dir,
+                new_gen,
+                [cur.chunks[i] for i in keep],
+                vectors,
+                lexical=LexicalConfig.model_validate(m.lexical),
+                embedder=m.embedder,
+                fingerprint=m.fingerprint,
+                dense_backend=m.dense_backend,
+                ann_threshold=0,  # the backend is named explicitly: no auto choice
+                index_headings=m.index_headings,
+            )
+            with registry.transaction() as txn:
+                for rel in gone:
+                    txn.delete_file(rel)
+                txn.set_state("generation", str(new_gen))
+            remove_stale(self.dir, new_gen)
+        return IngestSummary(
+            collection=self.name,
+            generation=new_gen,
+            deleted=len(gone),
+            chunks_total=len(keep),
+            seconds=time.perf_counter() - start,
+        )
 
     # queries about the collection ------------------------------------------------------------
     def stats(self) -> dict[str, object]:

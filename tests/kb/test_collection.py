@@ -147,3 +147,26 @@ def test_interrupted_write_leaves_previous_generation_serving(tmp_path: Path, mo
     s = reopened.ingest([root], HASHED)  # the next run picks the new file up and cleans the orphan
     assert s.new == 1 and s.generation == 2
     assert not list(reopened.dir.glob("*.tmp-*"))
+
+
+def test_delete_documents_removes_them_in_a_new_generation(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    _docs(root)
+    coll = Collection("kb", Settings())
+    coll.ingest([root], HASHED)
+    s = coll.delete_documents(["guide/docker.md"])
+    assert (s.deleted, s.generation) == (1, 2)
+    assert "guide/docker.md" not in {c.doc_id for c in coll.load().chunks}
+    assert "guide/docker.md" not in coll.registry.files()
+    assert _ids(coll, "os.walk")[0] == "walk.md"
+    with pytest.raises(CollectionError, match="not in collection"):
+        coll.delete_documents(["nope.md"])
+    assert coll.generation() == 2  # a failed delete changes nothing
+
+
+def test_an_empty_tree_gives_an_empty_searchable_collection(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    coll = Collection("kb", Settings())
+    s = coll.ingest([tmp_path / "empty"], HASHED)
+    assert (s.generation, s.chunks_total) == (1, 0)
+    assert _ids(coll, "anything") == []
