@@ -50,12 +50,14 @@ def _similar(a: str, b: str) -> bool:
     return bool(ta and tb) and len(ta & tb) / len(ta | tb) >= 0.7
 
 
-def compose(strips: list[KeptStrip], numbers: dict[str, int], max_sentences: int, avoid: set[str]) -> str:
+def compose(
+    strips: list[KeptStrip], numbers: dict[str, int], max_sentences: int, avoid: set[str], floor_ratio: float = 0.3
+) -> str:
     """Extractive answer: best strips first, near-duplicates and rejected strips left out."""
     ranked = sorted((s for s in strips if sentence_key(s.text) not in avoid), key=lambda s: -s.score)
     if not ranked:
         return ""
-    floor = 0.6 * ranked[0].score
+    floor = floor_ratio * ranked[0].score
     chosen: list[KeptStrip] = []
     for s in ranked:
         if len(chosen) >= max_sentences or s.score < floor:
@@ -107,7 +109,7 @@ async def generate(state: AgentState, rt: Runtime) -> NodeResult:
     else:
         failure = ""
     avoid = set(state.get("unsupported") or [])
-    answer = compose(state.get("kept") or [], numbers, cfg.max_answer_sentences, avoid)
+    answer = compose(state.get("kept") or [], numbers, cfg.max_answer_sentences, avoid, cfg.answer_floor)
     return NodeResult(
         update={"pending_answer": answer, "pending_citations": citations},
         decision=failure or f"extractive answer from {len(citations)} sources",

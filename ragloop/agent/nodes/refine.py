@@ -11,9 +11,22 @@ from ragloop.agent.nodes.grade import usable
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import KeptStrip
+from ragloop.models.scoring.base import Judgement, StripScorer
 from ragloop.text.sentences import split_strips
 
 MAX_STRIPS = 40
+
+
+async def _score(rt: Runtime, question: str, chunk_texts: list[str], strips: list[KeptStrip]) -> list[Judgement]:
+    """A strip-aware scorer (the reader) reads each strip with its neighbours and the rest of the
+    batch; any other scorer judges strips one by one."""
+    if not strips:
+        return []
+    scorer = rt.refine_scorer
+    if isinstance(scorer, StripScorer):
+        per_chunk = await scorer.score_strips(question, chunk_texts)
+        return [j for chunk in per_chunk for j in chunk]
+    return await scorer.relevance(question, [s.text for s in strips])
 
 
 async def refine(state: AgentState, rt: Runtime) -> NodeResult:
@@ -39,13 +52,12 @@ async def refine(state: AgentState, rt: Runtime) -> NodeResult:
             for c in chunks
         ]
         return NodeResult({"kept": kept}, decision=f"refinement off: {len(kept)} whole chunks")
-    judged = await rt.refine_scorer.relevance(question, [s.text for s in candidates]) if candidates else []
+    judged = await _score(rt, question, [c.text for c in chunks], candidates)
     scored = [s.model_copy(update={"score": float(j.p)}) for s, j in zip(candidates, judged, strict=True)]
-    passing = [s for s in scored if s.score >= cfg.refine_threshold]
-    if not passing and chunks and (chunks[0].grade or 0.0) >= cfg.tau_upper:
-        # a chunk graded CORRECT keeps at least its best strip: the grader has read it as relevant
-        best = max((s for s in scored if s.chunk_id == chunks[0].chunk_id), key=lambda s: s.score, default=None)
-        passing = [best] if best else []
+    # the best few strips of graded-usable chunks always go forward: a sharp reader gives most
+    # strips a tiny p, and the composer still needs candidates to choose from
+    best_first = sorted(scored, key=lambda s: -s.score)
+    passing = [s for i, s in enumerate(best_first) if s.score >= cfg.refine_threshold or i < cfg.refine_min_keep]
     passing = sorted(passing, key=lambda s: -s.score)[:MAX_STRIPS]
     order = {c.chunk_id: i for i, c in enumerate(chunks)}
     kept = sorted(passing, key=lambda s: (order[s.chunk_id], s.start))

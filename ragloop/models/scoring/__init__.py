@@ -14,6 +14,11 @@ Names (`"provider:name"`):
 - `combined:default` (shipped), `combined:<weights id>` (shipped or under
   `RAGLOOP_HOME/scorers/`), `combined:<path.json>`.
 - `test:fixed-<p>`: always `p`; `FunctionScorer(fn)` for tests of the layers above.
+
+`p` is calibrated (Platt / logistic on labelled SQuAD 2.0 pairs, `benchmarks/scorers.py --fit`),
+so 0.5 is a sensible default boundary; `scorer.weights.thresholds` holds the accuracy-maximising
+threshold per benchmark label set (`relevance`, `refine`, `answerability`, `support-*`) for
+callers that want the measured one.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ from ragloop.models.scoring.combined import (
 from ragloop.models.scoring.embedding import EmbeddingScorer
 from ragloop.models.scoring.lexical import LexicalScorer
 from ragloop.models.scoring.llm import LLMScorer, Verdict, llm_scorer_stats, reset_llm_scorer_stats
+from ragloop.models.scoring.reader import SHIPPED as READER_SHIPPED
+from ragloop.models.scoring.reader import ReaderScorer
 
 SCORERS = (
     "embedding:minilm",
@@ -59,6 +66,8 @@ SCORERS = (
     "llm:<chat model name>",
     "combined:default",
     "combined:<weights id>",
+    "reader:default",
+    "reader:<weights id or .json path>",
     "test:fixed-<p>",
 )
 MINILM = "onnx:all-minilm-l6-v2"
@@ -175,6 +184,8 @@ def make_scorer(name: str, settings: Settings | None = None, chat_model: ChatMod
             prefix: make_scorer(component, settings, chat_model) for prefix, component in weights.components.items()
         }
         return CombinedScorer(weights, components, name=f"combined:{rest or 'default'}")
+    if provider == "reader":
+        return ReaderScorer.from_weights(READER_SHIPPED if rest in ("", "default") else rest, settings)
     if provider == "test" and rest.startswith("fixed-"):
         try:
             p = float(rest.removeprefix("fixed-"))
@@ -197,6 +208,7 @@ __all__ = [
     "LLMScorer",
     "LexicalScorer",
     "LogisticModel",
+    "ReaderScorer",
     "Scorer",
     "ScorerWeights",
     "Verdict",

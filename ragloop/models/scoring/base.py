@@ -14,6 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -35,3 +36,11 @@ class Scorer(ABC):
     @abstractmethod
     async def support(self, claims: Sequence[str], contexts: Sequence[str]) -> list[Judgement]:
         """Pairwise (`len(claims) == len(contexts)`): P(claim i is supported by context i)."""
+
+
+@runtime_checkable
+class StripScorer(Protocol):
+    """A scorer that reads strips in context: one judgement per strip of `split_strips(chunk)`,
+    for each chunk, in order (the answer-sentence reader)."""
+
+    async def score_strips(self, query: str, chunks: Sequence[str]) -> list[list[Judgement]]: ...
