@@ -58,11 +58,13 @@ def dir_size_mb(path: Path) -> float:
 
 
 def machine() -> dict[str, object]:
+    """Where the numbers come from; the load average says whether the machine was shared."""
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
     }
 
 

@@ -388,6 +388,15 @@ class Recorder(ChatModel):
         await self.inner.aclose()
 
 
+def parse_limit(text: str) -> tuple[str, tuple[int, int]]:
+    """`support-qa=30/20` -> ("support-qa", (30, 20)): report / fit pairs for the LLM."""
+    name, _, sizes = text.partition("=")
+    rep, _, fit = sizes.partition("/")
+    if name not in SETS or not rep.isdigit() or not fit.isdigit():
+        raise SystemExit(f"--llm-limit wants NAME=REPORT/FIT with NAME in {list(SETS)}, got {text!r}")
+    return name, (int(rep), int(fit))
+
+
 def balanced_sample(pairs: list[Pair], n: int, rng: random.Random) -> list[Pair]:
     pos = [p for p in pairs if p.label == 1]
     neg = [p for p in pairs if p.label == 0]
@@ -602,9 +611,13 @@ async def run(args: argparse.Namespace) -> None:
         rep_z: dict[str, np.ndarray] = {}
         fit_s: dict[str, list[Pair]] = {}
         rep_s: dict[str, list[Pair]] = {}
+        limits = dict(parse_limit(v) for v in args.llm_limit)
         for name in SETS:
             fit_s[name] = balanced_sample(fit_sets[name], args.llm_fit_sample, rng)
             rep_s[name] = balanced_sample(rep_sets[name], args.llm_sample, rng)
+            if name in limits:  # truncate the (shuffled) draws: the random sequence stays the same
+                rep_s[name] = rep_s[name][: limits[name][0]]
+                fit_s[name] = fit_s[name][: limits[name][1]]
         t_llm = time.perf_counter()
         for name, task in SETS.items():
             fit_z[name] = await llm_scores(llm, task, fit_s[name], f"fit/{name}")
@@ -623,7 +636,7 @@ async def run(args: argparse.Namespace) -> None:
             training={
                 **training,
                 "sizes": {n: len(fit_s[n]) for n in SETS},
-                "sample": f"balanced random sample of {args.llm_fit_sample} pairs per label set (seed {SEED})",
+                "sample": f"balanced random sample of up to {args.llm_fit_sample} pairs per label set (seed {SEED})",
             },
         )
         thresholds = {}
@@ -724,7 +737,9 @@ async def run(args: argparse.Namespace) -> None:
             )
         md.append(
             print_table(
-                f"Same LLM sample, like for like (thresholds from {args.llm_fit_sample} fit-article pairs per set)",
+                "Same LLM sample, like for like (thresholds from the LLM's fit-article sample of each set: "
+                + ", ".join(f"{n} {len(fit_s[n])}" for n in SETS)
+                + ")",
                 headers2,
                 rows2,
             )
@@ -769,6 +784,13 @@ def main() -> None:
     ap.add_argument("--llm", default="local:qwen2.5-coder-1.5b")
     ap.add_argument("--llm-sample", type=int, default=60, help="report pairs per label set for the LLM (0: skip)")
     ap.add_argument("--llm-fit-sample", type=int, default=40, help="fit-article pairs per label set for the LLM")
+    ap.add_argument(
+        "--llm-limit",
+        action="append",
+        default=[],
+        metavar="SET=REPORT/FIT",
+        help="fewer LLM pairs for one label set (the first of the usual draws), e.g. support-qa=30/20",
+    )
     ap.add_argument("--timing-pairs", type=int, default=150)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("RAGLOOP_THREADS", "2")))
     ap.add_argument("--llm-threads", type=int, default=2)

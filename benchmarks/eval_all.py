@@ -1,0 +1,173 @@
+"""The evaluation harness's results tables, in one command:
+
+    nohup .venv/bin/python benchmarks/eval_all.py > benchmarks/results/eval/run.log 2>&1 &
+
+Runs `baseline`, `hybrid`, `hybrid_rerank` and `full` (the offline default pipeline: no chat
+model, offline scorers; judge `lexical`) on
+
+- CACM (retrieval only: the 52 judged topics, ranking depth 1000),
+- SQuAD 2.0 dev: a fixed stratified sample (default 1,000 of the 4,313 questions, seed 0,
+  answerable/unanswerable in the set's proportions; `--squad-sample 0` runs all of them). A
+  full run of the four configs over all questions takes several hours on 2 shared cores,
+- MTRAG-UN dev: all 397 tasks, every earlier user turn fed through the conversation path,
+
+then (with `--toggles`) the single-node ablations on the SQuAD sample. Runs are resumable
+(`benchmarks/.home/eval/runs/<suite>/<config>/items.jsonl`): rerunning the command continues
+where it stopped. The report is rewritten after every finished run:
+`benchmarks/results/eval/report.md` + `report.json` + PNG charts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from _common import BENCH_HOME, REPO, RESULTS_DIR, machine
+
+os.environ.setdefault("RAGLOOP_HOME", str(BENCH_HOME))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from ragloop.config import Settings
+from ragloop.evaluation.ablations import MAIN, TOGGLES, load_config
+from ragloop.evaluation.judge import calibrations_path, load_calibrations
+from ragloop.evaluation.report import Report, build_report, write_report
+from ragloop.evaluation.runner import run_suite
+from ragloop.evaluation.suites import load_suite, sample_items
+
+OUT = RESULTS_DIR / "eval"
+RUNS = BENCH_HOME / "eval" / "runs"
+
+
+def reference_section(rep: Report, squad_noans_share: float | None) -> str:
+    """The README's published numbers next to ours (point estimates from the report)."""
+
+    def get(suite: str, config: str, metric: str, pct: bool = True) -> str:
+        run = rep.suites.get(suite, {}).get(config)
+        e = run.metrics.get(metric) if run else None
+        if e is None or e.n == 0 or e.value != e.value:
+            return "—"
+        return f"{100 * e.value:.1f}%" if pct else f"{e.value:.3f}"
+
+    def row(
+        label: str, published: str, suite: str, metric: str, pct: bool = True, configs: tuple[str, ...] = MAIN
+    ) -> str:
+        ours = " / ".join(f"{c} {get(suite, c, metric, pct)}" for c in configs)
+        return f"| {label} | {published} | {ours} |"
+
+    noans = f"{100 * squad_noans_share:.1f}% on our sample" if squad_noans_share is not None else "—"
+    lines = [
+        "## Reference numbers (datasets README) next to ours",
+        "",
+        "| Reference | Published | Ours |",
+        "|---|---|---|",
+        row("CACM MAP (BM25 0.3123, QL 0.3265, BM25+RM3 0.3643; Anserini)", "0.3123 / 0.3643", "cacm", "map", False),
+        row("CACM P@30 (BM25, Anserini)", "0.1942", "cacm", "p@30", False),
+        row(f"SQuAD 2.0 EM, 'always no answer' = 52.1% on this split ({noans})", "52.1%", "squad", "squad_em"),
+        row("SQuAD 2.0 F1", "52.1% (always no answer)", "squad", "squad_f1"),
+        row(
+            "First-retrieval Recall@4 (Polygraph, hybrid+rerank; ours Recall@5)",
+            "0.867",
+            "squad",
+            "first_recall@k",
+            False,
+        ),
+        row("First-retrieval MRR@4 (Polygraph; ours MRR@5)", "0.870", "squad", "first_mrr@k", False),
+        row("MTRAG first-retrieval Recall@5", "—", "mtrag", "first_recall@k", False),
+        row("Correct-refusal rate, SQuAD (Polygraph 95%)", "95%", "squad", "correct_refusal"),
+        row("False-refusal rate, SQuAD (Polygraph 2%)", "2%", "squad", "false_refusal"),
+        row("Correct-refusal rate, MTRAG", "95% (Polygraph)", "mtrag", "correct_refusal"),
+        row("False-refusal rate, MTRAG", "2% (Polygraph)", "mtrag", "false_refusal"),
+        row("Grader precision (set), SQuAD", "96% (Polygraph)", "squad", "grader_set_precision", True, ("full",)),
+        row("Grader recall (set), SQuAD", "98% (Polygraph)", "squad", "grader_set_recall", True, ("full",)),
+        row("Steps / query (mean), SQuAD", "4.84 (Polygraph)", "squad", "steps", False),
+        "",
+        "Read with care: Polygraph is measured on a 70-item golden set of Docker docs questions with an LLM grader "
+        "(gpt-oss-20b) and deliberately out-of-domain unanswerable questions; ours are the offline scorers on SQuAD "
+        "2.0, whose unanswerable questions are on-topic and written to look answerable, and on MTRAG-UN.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--squad-sample", type=int, default=1000, help="0 = all 4,313 questions")
+    ap.add_argument("--mtrag-sample", type=int, default=0, help="0 = all 397 tasks")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--configs", default=",".join(MAIN))
+    ap.add_argument("--suites", default="cacm,squad,mtrag")
+    ap.add_argument("--toggles", action="store_true", help="also the single-node ablations on the SQuAD sample")
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args()
+
+    settings = Settings.from_env()
+    configs = [c for c in args.configs.split(",") if c]
+    plan: list[tuple[str, str]] = [(s, c) for s in args.suites.split(",") if s for c in configs]
+    if args.toggles:
+        plan += [("squad", c) for c in TOGGLES]
+    started = time.perf_counter()
+    timings: list[str] = []
+    squad_items = sample_items(load_suite("squad").items, sample=args.squad_sample or None, seed=args.seed)
+    noans_share = sum(i.should_refuse for i in squad_items) / len(squad_items) if squad_items else None
+
+    squad_desc = (
+        f"a fixed stratified sample of {args.squad_sample} questions (seed {args.seed})"
+        if args.squad_sample
+        else "all questions"
+    )
+
+    def report() -> None:
+        rep = build_report(RUNS, calibrations=load_calibrations(calibrations_path(settings)))
+        total = time.perf_counter() - started
+        extra = (
+            "## How these numbers were produced\n\n"
+            f"Command: `.venv/bin/python benchmarks/eval_all.py` (RAGLOOP_HOME=benchmarks/.home), "
+            f"{machine()['cpus']} CPUs shared with other jobs, offline default pipeline (no chat model). "
+            f"SQuAD: {squad_desc}; "
+            f"MTRAG-UN: {'all tasks' if not args.mtrag_sample else f'{args.mtrag_sample} tasks (seed {args.seed})'}; "
+            "CACM: all 52 judged topics, retrieval only.\n\n"
+            + (
+                "Runs this session: " + "; ".join(timings) + f". Session wall time {total / 60:.1f} min.\n\n"
+                if timings
+                else ""
+            )
+            + reference_section(rep, noans_share)
+        )
+        written = write_report(rep, OUT, "Evaluation results: ablations with the offline default pipeline", extra)
+        print(f"report: {written['report']} ({len(written['charts'])} charts)", flush=True)
+
+    if not args.report_only:
+        for suite_name, cfg_name in plan:
+            suite = load_suite(suite_name)
+            n = args.squad_sample if suite_name == "squad" else args.mtrag_sample if suite_name == "mtrag" else 0
+            items = sample_items(suite.items, sample=n or None, seed=args.seed)
+            name, cfg = load_config(cfg_name)
+            t0 = time.perf_counter()
+            print(f"== {suite_name} × {name}: {len(items)} items", flush=True)
+
+            def progress(rec: dict[str, object], done: int, total: int, t0: float = t0) -> None:
+                if done % 50 == 0 or done == total:
+                    el = time.perf_counter() - t0
+                    print(f"   {done}/{total} ({el:.0f} s, {el / done:.2f} s/item)", flush=True)
+
+            res = run_suite(
+                suite,
+                name,
+                cfg,
+                RUNS / suite.name / name,
+                settings=settings,
+                items=items,
+                workers=args.workers,
+                seed=args.seed,
+                on_item=progress,
+            )
+            timings.append(f"{suite_name}/{name} {res.ran} items in {(time.perf_counter() - t0) / 60:.1f} min")
+            print(f"   done: {res.to_json()}", flush=True)
+            report()
+    report()
+    print(f"total {(time.perf_counter() - started) / 60:.1f} min; repo {REPO}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""`ragloop serve`, `ragloop worker`, `ragloop keys ...` and `ragloop db upgrade`: the service from the
+command line. Heavy imports (FastAPI, uvicorn) happen inside the commands."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ragloop.cli.common import ConfigOpt, JsonOpt, console, fail, out, print_json, settings
+
+if TYPE_CHECKING:
+    from ragloop.store import Store
+
+keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.", no_args_is_help=True)
+db_app = typer.Typer(help="The service database (SQLite by default, PostgreSQL by RAGLOOP_DATABASE_URL).")
+
+UrlOpt = Annotated[
+    str | None, typer.Option("--database-url", help="Default: RAGLOOP_DATABASE_URL, else RAGLOOP_HOME/ragloop.db.")
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)
+    app.command()(worker)
+    app.add_typer(keys_app, name="keys")
+    app.add_typer(db_app, name="db")
+
+
+def _logging(level: str) -> None:
+    from ragloop.service.auth import install_log_redaction
+
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction()
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _store(url: str | None) -> Store:
+    from ragloop.store import Store
+
+    try:
+        return Store.open(url)
+    except Exception as exc:
+        fail(f"cannot open the database: {_short(exc)}")
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    config: ConfigOpt = None,
+    collection: Annotated[
+        str | None, typer.Option("--collection", "-c", help="Default collection (default: `default`).")
+    ] = None,
+    no_worker: Annotated[
+        bool, typer.Option("--no-worker", help="No in-process evaluation worker (run `ragloop worker`s).")
+    ] = False,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    database_url: UrlOpt = None,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /docs and /openapi.json) with an embedded evaluation worker."""
+    import uvicorn
+
+    from ragloop.cli.common import pipeline_config
+    from ragloop.service import ServiceConfig, create_app
+
+    _logging(log_level)
+    try:
+        overrides = {"collection": collection} if collection else {}
+        cfg = ServiceConfig.from_env(None, **overrides)
+        app = create_app(
+            settings(),
+            database_url,
+            config=pipeline_config(config) if config else None,
+            service_config=cfg,
+            worker=False if no_worker else None,
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=15,
+        server_header=False,
+    )
+
+
+def worker(
+    lease_seconds: Annotated[float, typer.Option("--lease-seconds", help="Lease per claimed job.")] = 60.0,
+    poll_interval: Annotated[float, typer.Option("--poll-interval", help="Seconds between polls when idle.")] = 0.5,
+    drain: Annotated[bool, typer.Option("--drain", help="Exit once no job is due.")] = False,
+    max_jobs: Annotated[int | None, typer.Option("--max-jobs", help="Exit after this many jobs.")] = None,
+    job_delay: Annotated[
+        float, typer.Option("--job-delay", help="Wait this long after claiming each job (fault-injection tests).")
+    ] = 0.0,
+    no_judge: Annotated[bool, typer.Option("--no-judge", help="Tier 1 only (leave tier-2 jobs to others).")] = False,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    database_url: UrlOpt = None,
+) -> None:
+    """Evaluate answers from the durable queue (tier 1 on every answer, tier 2 where routed).
+
+    Runs until SIGTERM/SIGINT (the job in hand finishes first), or with --drain until nothing is due.
+    Any number of workers can share one database."""
+    import asyncio
+    import threading
+
+    stopping = threading.Event()
+    stopper: list[Callable[[], None]] = []
+
+    def stop(_sig: int, _frame: object) -> None:
+        console.print("stopping after the current job…", highlight=False)
+        stopping.set()
+        for fn in stopper:
+            fn()
+
+    # handle SIGTERM/SIGINT from the start: a signal during start-up ends the worker cleanly too
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    from ragloop.models.scoring import make_scorer
+    from ragloop.service import EvaluationWorker, ServiceConfig, make_judge
+    from ragloop.service.heuristics import load_model
+
+    _logging(log_level)
+    s = settings()
+    try:
+        cfg = ServiceConfig.from_env(lease_seconds=lease_seconds, poll_interval_s=poll_interval)
+    except ValueError as exc:
+        fail(str(exc))
+    store = _store(database_url)
+    judge = make_judge(cfg.judge, s) if cfg.judge and not no_judge else None
+    support = make_scorer(cfg.heuristic_support, s) if cfg.heuristic_support else None
+    w = EvaluationWorker(store, cfg, judge=judge, support_scorer=support, model=load_model(s), job_delay_s=job_delay)
+    stopper.append(w.stop)
+    if stopping.is_set():
+        w.stop()
+    console.print(f"worker {w.worker_id} on {store.db.url} (pid {os.getpid()})", highlight=False)
+    try:
+        done = asyncio.run(w.run(drain=drain, max_jobs=max_jobs))
+    finally:
+        store.close()
+    console.print(f"worker {w.worker_id}: {done} jobs", highlight=False)
+
+
+@keys_app.command("create")
+def keys_create(
+    role: Annotated[str, typer.Option("--role", help="user or admin.")] = "user",
+    name: Annotated[str | None, typer.Option("--name", help="A label for the key.")] = None,
+    rate_limit: Annotated[
+        int | None, typer.Option("--rate-limit", help="Requests per minute (default 60; 0: the service default).")
+    ] = 60,
+    json_: JsonOpt = False,
+    database_url: UrlOpt = None,
+) -> None:
+    """Create an API key. The key is printed once and stored only as a hash."""
+    if role not in ("user", "admin"):
+        fail(f"--role must be user or admin, not {role!r}")
+    if rate_limit is not None and rate_limit < 0:
+        fail("--rate-limit must be positive (or 0 for the service default)")
+    with _store(database_url) as store:
+        issued = store.api_keys.create_api_key(role, name=name, rate_limit_per_minute=rate_limit or None)
+    if json_:
+        print_json(
+            {
+                "key": issued.key,
+                "key_id": issued.record.key_id,
+                "role": issued.record.role,
+                "rate_limit_per_minute": issued.record.rate_limit_per_minute,
+            }
+        )
+    else:
+        console.print(f"{role} key {issued.record.key_id} created; it is shown only now:", highlight=False)
+        out.print(issued.key, highlight=False)
+
+
+@keys_app.command("list")
+def keys_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include revoked keys.")] = False,
+    json_: JsonOpt = False,
+    database_url: UrlOpt = None,
+) -> None:
+    """List keys (ids and roles; never the keys themselves)."""
+    with _store(database_url) as store:
+        rows = store.api_keys.list_keys(include_revoked=all_)
+    data = [
+        {
+            "key_id": r.key_id,
+            "role": r.role,
+            "name": r.name,
+            "rate_limit_per_minute": r.rate_limit_per_minute,
+            "created_at": r.created_at.isoformat(),
+            "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None,
+        }
+        for r in rows
+    ]
+    if json_:
+        print_json(data)
+        return
+    for d in data:
+        out.print(
+            f"{d['key_id']}  {d['role']:<5}  {d['name'] or '-'}  {d['rate_limit_per_minute'] or 'default'}/min"
+            + (f"  revoked {d['revoked_at']}" if d["revoked_at"] else ""),
+            highlight=False,
+        )
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (the hex part after rlk_).")],
+    database_url: UrlOpt = None,
+) -> None:
+    """Revoke a key: it stops working at once."""
+    with _store(database_url) as store:
+        if not store.api_keys.revoke(key_id):
+            fail(f"no active key {key_id!r}")
+    console.print(f"key {key_id} revoked", highlight=False)
+
+
+@db_app.command("upgrade")
+def db_upgrade(database_url: UrlOpt = None, json_: JsonOpt = False) -> None:
+    """Create or migrate the service tables to the current schema."""
+    from ragloop.store import current_revision, default_database_url, head_revision, make_engine, upgrade
+
+    url = database_url or default_database_url(settings())
+    try:
+        engine = make_engine(url)
+        before = current_revision(engine)
+        upgrade(engine)
+        after = current_revision(engine)
+        shown = engine.url.render_as_string(hide_password=True)
+        engine.dispose()
+    except Exception as exc:
+        fail(
+            f"cannot upgrade {url.split('@')[-1]}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        )
+    if json_:
+        print_json({"database": shown, "from": before, "to": after, "head": head_revision()})
+    else:
+        console.print(f"{shown}: {before or 'empty'} -> {after}", highlight=False)

@@ -1,0 +1,236 @@
+"""Per-item metrics of the graph's decisions, computed from one result record of the runner.
+
+Every metric is returned as a `(numerator, denominator)` pair (see `ragloop.evaluation.stats`):
+a denominator of 0 means "this item does not carry the metric". The report sums numerators and
+denominators over items, so pooled rates (chunk-level grader precision) and per-item means
+(steps) share one aggregation and one bootstrap. The exact definitions are in docs/metrics.md.
+
+A record (`runner.Record`) holds, for the item's *final* turn: the trace records (node, decision,
+detail), every chunk seen with its passage id and grade, the deficiencies, the refusal flag and
+termination reason, and the item's gold: passage ids and/or chunk ids, and whether it should be
+refused. An item that should be refused has no gold for grading: no chunk answers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ragloop.evaluation.metrics.retrieval import (
+    average_precision,
+    dedupe,
+    ndcg_at_k,
+    recall_at_k,
+    reciprocal_rank,
+)
+
+Pair = tuple[float, float]
+NONE: Pair = (0.0, 0.0)
+ANSWERABLE_KINDS = frozenset({"answerable", "partial", "vague"})
+VERDICTS = ("CORRECT", "AMBIGUOUS", "INCORRECT")
+
+
+def frac(ok: bool) -> Pair:
+    return (1.0 if ok else 0.0, 1.0)
+
+
+def value(v: float | None) -> Pair:
+    return NONE if v is None else (float(v), 1.0)
+
+
+class ItemView:
+    """Read-only helpers over one record."""
+
+    def __init__(self, rec: Mapping[str, Any]) -> None:
+        self.rec = rec
+        self.trace: list[Mapping[str, Any]] = list(rec.get("trace") or [])
+        self.chunks: Mapping[str, Mapping[str, Any]] = rec.get("chunks") or {}
+        self.gold_docs = set(rec.get("gold_docs") or [])
+        self.gold_chunks = set(rec.get("gold_chunks") or [])
+        self.kind = str(rec.get("kind") or "answerable")
+        self.should_refuse = bool(rec.get("should_refuse"))
+        self.refused = bool(rec.get("refused"))
+        b = rec.get("budgets") or {}
+        self.tau_lower = float(b.get("tau_lower", 0.3))
+        self.tau_upper = float(b.get("tau_upper", 0.7))
+        self.max_rewrites = int(b.get("max_rewrites", 2))
+        self.rewrite_on = bool(b.get("rewrite", True))
+        self.k = int(b.get("k", 5))
+
+    # -- gold -------------------------------------------------------------------------------
+    @property
+    def answerable(self) -> bool:
+        return not self.should_refuse and self.kind in ANSWERABLE_KINDS
+
+    @property
+    def has_gold(self) -> bool:
+        return not self.should_refuse and bool(self.gold_docs or self.gold_chunks)
+
+    def passage(self, chunk_id: str) -> str:
+        c = self.chunks.get(chunk_id) or {}
+        return str(c.get("passage") or c.get("doc_id") or chunk_id)
+
+    def is_gold(self, chunk_id: str) -> bool:
+        if self.should_refuse:
+            return False
+        if self.gold_chunks and chunk_id in self.gold_chunks:
+            return True
+        return bool(self.gold_docs) and self.passage(chunk_id) in self.gold_docs
+
+    def relevant_ids(self) -> tuple[set[str], bool]:
+        """(relevant ids, ranked by chunk id?): passages when the item names gold passages,
+        else chunk ids."""
+        if self.gold_docs:
+            return self.gold_docs, False
+        return self.gold_chunks, True
+
+    # -- trace ------------------------------------------------------------------------------
+    def of(self, node: str) -> list[Mapping[str, Any]]:
+        return [r for r in self.trace if r.get("node") == node]
+
+    def first_retrieval(self) -> list[str]:
+        for r in self.trace:
+            if r.get("node") == "retrieve":
+                return list((r.get("detail") or {}).get("chunk_ids") or [])
+        return []
+
+    def final_context(self) -> list[str]:
+        """Chunks that passed grading (grade >= tau_L) by grade, best first; empty on a refusal."""
+        if self.refused:
+            return []
+        graded = [
+            (cid, float(c["grade"]))
+            for cid, c in self.chunks.items()
+            if c.get("grade") is not None and float(c["grade"]) >= self.tau_lower
+        ]
+        return [cid for cid, _ in sorted(graded, key=lambda x: -x[1])]
+
+    def grade_steps(self) -> list[tuple[Mapping[str, Any], set[str]]]:
+        """(grade record, context at that step) for each grade step: the context is every chunk
+        retrieved (or found by external search) earlier in the turn."""
+        seen: set[str] = set()
+        out = []
+        for r in self.trace:
+            node = r.get("node")
+            detail = r.get("detail") or {}
+            if node in ("retrieve", "external_search"):
+                seen.update(detail.get("chunk_ids") or [])
+            elif node == "grade":
+                seen.update((detail.get("scores") or {}).keys())
+                out.append((r, set(seen)))
+        return out
+
+    def max_grade(self) -> float | None:
+        grades = [float(c["grade"]) for c in self.chunks.values() if c.get("grade") is not None]
+        return max(grades) if grades else None
+
+
+def ranking_metrics(ranked_chunks: Sequence[str], view: ItemView, k: int, prefix: str) -> dict[str, Pair]:
+    relevant, by_chunk = view.relevant_ids()
+    if view.should_refuse or not relevant:
+        return {f"{prefix}_recall@k": NONE, f"{prefix}_mrr@k": NONE, f"{prefix}_ndcg@10": NONE, f"{prefix}_map": NONE}
+    ranked = dedupe(ranked_chunks if by_chunk else [view.passage(c) for c in ranked_chunks])
+    return {
+        f"{prefix}_recall@k": (recall_at_k(ranked, relevant, k), 1.0),
+        f"{prefix}_mrr@k": (reciprocal_rank(ranked, relevant, k), 1.0),
+        f"{prefix}_ndcg@10": (ndcg_at_k(ranked, relevant, 10), 1.0),
+        f"{prefix}_map": (average_precision(ranked, relevant), 1.0),
+    }
+
+
+def retrieval_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
+    v = ItemView(rec)
+    out = ranking_metrics(v.first_retrieval(), v, v.k, "first")
+    final = v.final_context()
+    out |= ranking_metrics(final, v, max(v.k, len(final) or 1), "final")
+    return out
+
+
+def _confusion(pairs: Iterable[tuple[bool, bool]]) -> tuple[int, int, int, int]:
+    tp = fp = fn = tn = 0
+    for predicted, actual in pairs:
+        if predicted and actual:
+            tp += 1
+        elif predicted:
+            fp += 1
+        elif actual:
+            fn += 1
+        else:
+            tn += 1
+    return tp, fp, fn, tn
+
+
+def agent_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
+    v = ItemView(rec)
+    out: dict[str, Pair] = {}
+    if rec.get("error"):
+        return out
+    # grader, set level: one prediction per grade step
+    steps = v.grade_steps()
+    set_preds = [(bool((r.get("detail") or {}).get("kept")), any(v.is_gold(c) for c in ctx)) for r, ctx in steps]
+    tp, fp, fn, tn = _confusion(set_preds)
+    out["grader_set_precision"] = (tp, tp + fp)
+    out["grader_set_recall"] = (tp, tp + fn)
+    out["grader_set_accuracy"] = (tp + tn, tp + fp + fn + tn)
+    # grader, chunk level: one prediction per graded chunk
+    chunk_preds = [
+        (float(s) >= v.tau_lower, v.is_gold(cid))
+        for r, _ in steps
+        for cid, s in ((r.get("detail") or {}).get("scores") or {}).items()
+    ]
+    tp, fp, fn, _ = _confusion(chunk_preds)
+    out["grader_chunk_precision"] = (tp, tp + fp)
+    out["grader_chunk_recall"] = (tp, tp + fn)
+    # CRAG verdict of the first grade step
+    if steps:
+        first, ctx = steps[0]
+        verdict = str(first.get("decision"))
+        positive = any(v.is_gold(c) for c in ctx)
+        for name in VERDICTS:
+            out[f"verdict_{name.lower()}"] = frac(verdict == name)
+        out["verdict_accuracy"] = frac((verdict == "CORRECT" and positive) or (verdict == "INCORRECT" and not positive))
+    # refusals
+    out["correct_refusal"] = frac(v.refused) if v.should_refuse else NONE
+    out["false_refusal"] = frac(v.refused) if v.answerable else NONE
+    out["refusal_underspecified"] = frac(v.refused) if v.kind == "underspecified" else NONE
+    # rewrites
+    rewrites = v.of("rewrite")
+    out["rewrites"] = (len(rewrites), 1.0)
+    if v.has_gold:
+        succ = 0
+        trace = v.trace
+        for i, r in enumerate(trace):
+            if r.get("node") != "rewrite":
+                continue
+            if (r.get("detail") or {}).get("duplicate"):
+                continue
+            gold_found = False
+            passed = False
+            for later in trace[i + 1 :]:
+                node = later.get("node")
+                detail = later.get("detail") or {}
+                if node == "rewrite":
+                    break
+                if node in ("retrieve", "external_search"):
+                    gold_found = gold_found or any(v.is_gold(c) for c in detail.get("chunk_ids") or [])
+                if node == "grade":
+                    passed = bool(detail.get("kept"))
+                    break
+            succ += passed and gold_found
+        out["rewrite_success"] = (succ, len(rewrites))
+    hit_budget = v.rewrite_on and v.max_rewrites > 0 and len(rewrites) >= v.max_rewrites
+    out["loop_rate_answerable"] = frac(hit_budget) if v.answerable else NONE
+    out["loop_rate_unanswerable"] = frac(hit_budget) if v.should_refuse else NONE
+    # effort
+    out["steps"] = (len(v.trace), 1.0)
+    out["critique_cycles"] = (len(v.of("critique")), 1.0)
+    defs = rec.get("deficiencies") or []
+    found = len(defs)
+    resolved = sum(1 for d in defs if d.get("status") == "addressed")
+    out["deficiencies_found"] = (found, 1.0)
+    out["deficiencies_resolved"] = (resolved, 1.0)
+    out["deficiency_resolution_rate"] = (resolved, found)
+    # termination reasons
+    reason = str(rec.get("termination_reason") or "")
+    out[f"termination:{reason}"] = (1.0, 1.0)
+    return out

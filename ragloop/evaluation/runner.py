@@ -1,0 +1,521 @@
+"""The evaluation runner: one suite x one config -> one JSON line per item, resumable.
+
+    run_suite(suite, "full", config, out_dir, settings=...)
+
+- Output: `<out_dir>/items.jsonl` (one record per item, appended as each finishes, with the
+  item's whole trace) and `<out_dir>/run.json` (what ran: suite, config and its version id,
+  judge, seed, item ids, wall time).
+- Resumable: a restarted run reads `items.jsonl`, keeps every item whose last record has no
+  error, and runs only the rest; a torn last line (a kill mid-write) is cut off. A run directory
+  that holds results of a different pipeline version is refused unless `fresh=True`.
+- Parallel within the machine: `workers` processes (spawned, each with one ONNX thread), each
+  building the agent once; the parent is the only writer. `workers=1` runs in-process.
+- Deterministic: seeds are fixed (Python's and numpy's, per item from the run seed and item id);
+  the offline pipeline has no sampling.
+- Multi-turn items feed their earlier user turns through the conversation path first (same
+  thread id, our own answers), then ask the last turn; the thread is deleted afterwards.
+- Judged answer metrics (faithfulness, relevancy, context precision/recall, citations, judged
+  correctness) are computed right after the answer, through the judge scorer, `judge_repeats`
+  times (the spread is recorded). Everything else is recomputed from the record at report time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from ragloop.config import PipelineConfig, Settings
+from ragloop.evaluation.suites import EvalItem, Suite
+
+RECORD_VERSION = 1
+DEFAULT_JUDGE = "lexical"
+"""The offline judge. Not `combined:default`: the default pipeline grades and validates with that
+scorer, and a judge must not be the model whose decisions it scores (self-preference)."""
+RETRIEVAL_DEPTH = 1000
+"""Ranking depth for retrieval-only suites (CACM): MAP over a TREC-depth ranking."""
+
+
+class RunError(Exception):
+    pass
+
+
+# -- reading and writing results ---------------------------------------------------------------------
+
+
+def read_records(path: Path, repair: bool = False) -> list[dict[str, Any]]:
+    """Every complete record in an items file (the last one per item id wins). With `repair`, a
+    torn trailing line is cut off the file."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    good_end = 0
+    by_id: dict[str, dict[str, Any]] = {}
+    pos = 0
+    for line in raw.splitlines(keepends=True):
+        pos += len(line)
+        if not line.endswith(b"\n"):
+            break
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        by_id[str(rec["id"])] = rec
+        good_end = pos
+    if repair and good_end < len(raw):
+        with path.open("r+b") as fh:
+            fh.truncate(good_end)
+    return list(by_id.values())
+
+
+def done_ids(records: Iterable[dict[str, Any]]) -> set[str]:
+    return {str(r["id"]) for r in records if not r.get("error")}
+
+
+# -- the per-process item runner ----------------------------------------------------------------------
+
+
+@dataclass
+class WorkerSpec:
+    home: str
+    collection: str
+    config_json: dict[str, Any]
+    doc_prefix: str
+    run_dir: str
+    mode: str  # "agent" | "retrieval"
+    judge: str | None = DEFAULT_JUDGE
+    judge_repeats: int = 1
+    seed: int = 0
+    threads: int | None = None
+    suite: str = ""
+
+
+def _passage(doc_id: str, prefix: str) -> str:
+    if prefix and doc_id.startswith(prefix):
+        return doc_id[len(prefix) :]
+    return doc_id
+
+
+def judge_question(item: EvalItem) -> str:
+    """What the judge is asked about: the last turn, preceded by the previous user turn when
+    the item is a follow-up (the judge must not depend on the system's own condensation)."""
+    return f"{item.history[-1]} {item.question}" if item.history else item.question
+
+
+class ItemRunner:
+    """Builds the agent (or the retriever) once; `run(item)` returns the item's record."""
+
+    def __init__(self, spec: WorkerSpec, scorers: dict[str, Any] | None = None) -> None:
+        from ragloop.retrieval.collection import Collection
+
+        if spec.threads:
+            os.environ["RAGLOOP_THREADS"] = str(spec.threads)
+        self.spec = spec
+        self.settings = Settings(home=Path(spec.home))
+        self.config = PipelineConfig.model_validate(spec.config_json)
+        self.collection = Collection(spec.collection, self.settings)
+        self.agent: Any = None
+        self.retriever: Any = None
+        self.judge: Any = None
+        if spec.mode == "retrieval":
+            from ragloop.retrieval.retriever import Retriever
+
+            self.retriever = Retriever(self.collection, self.config.retrieval)
+            return
+        from ragloop.agent.api import Agent
+        from ragloop.agent.memory import ConversationLog
+        from ragloop.agent.runtime import Runtime
+
+        run_dir = Path(spec.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tag = f"{os.getpid()}"
+        runtime = Runtime.build(self.collection, self.config, scorers=scorers) if scorers else None
+        self.agent = Agent(
+            self.collection,
+            self.config,
+            runtime=runtime,
+            checkpointer_url=f"sqlite:///{run_dir / f'.checkpoints-{tag}.sqlite'}",
+        )
+        # the full conversation log of eval threads stays with the run, not in the user's home
+        self.agent._log = ConversationLog(f"sqlite:///{run_dir / f'.conversations-{tag}.sqlite'}")
+        if spec.judge:
+            from ragloop.models.scoring import make_scorer
+
+            self.judge = (scorers or {}).get("judge") or make_scorer(spec.judge, self.settings)
+
+    def close(self) -> None:
+        if self.agent is not None and self.agent._log is not None:
+            self.agent._log.close()
+        self.collection.close()
+
+    def _seed(self, item: EvalItem) -> None:
+        import numpy as np
+
+        s = int(hashlib.sha256(f"{self.spec.seed}:{item.id}".encode()).hexdigest()[:8], 16)
+        random.seed(s)
+        np.random.seed(s)
+
+    def base_record(self, item: EvalItem) -> dict[str, Any]:
+        return {
+            "v": RECORD_VERSION,
+            "id": item.id,
+            "suite": self.spec.suite,
+            "kind": item.kind,
+            "should_refuse": item.should_refuse,
+            "question": item.question,
+            "history": list(item.history),
+            "gold_docs": list(item.gold_docs),
+            "gold_chunks": list(item.gold_chunks),
+            "answers": list(item.answers),
+            "reference": item.reference,
+            "meta": item.meta,
+        }
+
+    def run(self, item: EvalItem) -> dict[str, Any]:
+        self._seed(item)
+        rec = self.base_record(item)
+        t0 = time.perf_counter()
+        try:
+            if self.spec.mode == "retrieval":
+                rec |= self._retrieve(item)
+            else:
+                from ragloop.models.chat import run_sync
+
+                rec |= run_sync(self._answer(item))
+        except Exception as exc:  # an item's failure is recorded; the run goes on
+            rec["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        rec["wall_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+        return rec
+
+    def _retrieve(self, item: EvalItem) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        hits = self.retriever.retrieve(item.question, k=RETRIEVAL_DEPTH)
+        ms = (time.perf_counter() - t0) * 1000
+        return {
+            "mode": "retrieval",
+            "ranking": [_passage(h.doc_id, self.spec.doc_prefix) for h in hits],
+            "latency_ms": round(ms, 3),
+        }
+
+    async def _answer(self, item: EvalItem) -> dict[str, Any]:
+        agent = self.agent
+        thread = f"eval-{item.id}-{uuid.uuid4().hex[:8]}" if item.history else None
+        history: list[dict[str, Any]] = []
+        history_ms = 0.0
+        try:
+            for q in item.history:
+                a = await agent.aanswer(q, thread)
+                history_ms += a.latency_ms
+                history.append(
+                    {
+                        "question": q,
+                        "standalone": a.standalone_question,
+                        "refused": a.refused,
+                        "termination_reason": a.termination_reason,
+                        "answer": a.answer[:300],
+                    }
+                )
+            ans = await agent.aanswer(item.question, thread)
+        finally:
+            if thread:
+                await agent.forget(thread)
+        state = ans.state
+        prefix = self.spec.doc_prefix
+        chunk_text: dict[str, str] = {}
+        chunks: dict[str, dict[str, Any]] = {}
+        for c in state.get("retrieved") or []:
+            chunk_text[c.chunk_id] = c.text
+            chunks[c.chunk_id] = {
+                "doc_id": c.doc_id,
+                "passage": _passage(c.doc_id, prefix),
+                "grade": None if c.grade is None else round(float(c.grade), 4),
+                "score": round(float(c.retrieval_score), 4),
+                "source": c.source,
+                "excerpt": c.text[:240],
+            }
+        kept = [
+            {"chunk_id": s.chunk_id, "text": s.text, "score": round(float(s.score), 4)} for s in state.get("kept") or []
+        ]
+        cfg = self.config
+        rec: dict[str, Any] = {
+            "mode": "agent",
+            "standalone": ans.standalone_question,
+            "answer": ans.answer,
+            "refused": ans.refused,
+            "termination_reason": ans.termination_reason,
+            "verdict": ans.verdict,
+            "quality_score": ans.quality_score,
+            "residual_deficiencies": ans.residual_deficiencies,
+            "citations": [
+                {"n": c.n, "chunk_id": c.chunk_id, "passage": _passage(c.doc_id, prefix), "score": round(c.score, 4)}
+                for c in ans.citations
+            ],
+            "chunks": chunks,
+            "kept": kept,
+            "deficiencies": [
+                {
+                    "id": d.id,
+                    "type": str(d.type),
+                    "status": d.status,
+                    "severity": d.severity,
+                    "description": d.description[:300],
+                    "attempts": d.attempts,
+                }
+                for d in state.get("deficiencies") or []
+            ],
+            "cycles": [
+                {"cycle": h.cycle, "found": h.found, "resolved": h.resolved, "score": h.score}
+                for h in state.get("history") or []
+            ],
+            "trace": ans.trace.to_json(),
+            "latency_ms": round(ans.latency_ms, 3),
+            "history_turns": history,
+            "history_latency_ms": round(history_ms, 3),
+            "budgets": {
+                "tau_lower": cfg.agent.tau_lower,
+                "tau_upper": cfg.agent.tau_upper,
+                "max_rewrites": cfg.agent.budgets.max_rewrites,
+                "rewrite": cfg.agent.rewrite,
+                "k": cfg.retrieval.k,
+            },
+        }
+        if self.judge is not None:
+            rec |= await self._judge(item, rec, chunk_text)
+        return rec
+
+    async def _judge(self, item: EvalItem, rec: dict[str, Any], chunk_text: dict[str, str]) -> dict[str, Any]:
+        from ragloop.evaluation.metrics import answer as am
+        from ragloop.evaluation.metrics.agent import ItemView
+
+        view = ItemView(rec)
+        question = judge_question(item)
+        answer = str(rec["answer"])
+        refused = bool(rec["refused"])
+        first = [chunk_text[c] for c in view.first_retrieval() if c in chunk_text]
+        final = [chunk_text[c] for c in view.final_context() if c in chunk_text]
+        generator_context = [k["text"] for k in rec["kept"]] or final
+        cited = {int(c["n"]): chunk_text.get(c["chunk_id"], "") for c in rec["citations"]}
+        runs: list[dict[str, float | None]] = []
+        for _ in range(max(1, self.spec.judge_repeats)):
+            j = self.judge
+            out: dict[str, float | None] = {}
+            out["faithfulness"] = None if refused else await am.faithfulness(j, answer, generator_context)
+            out["answer_relevancy"] = None if refused else await am.answer_relevancy(j, question, answer)
+            out["context_precision@k"] = await am.context_precision(j, question, first, None, item.reference)
+            out["context_recall"] = (
+                await am.context_recall(j, item.reference, final, question)
+                if item.reference and not item.should_refuse
+                else None
+            )
+            if refused:
+                out["citation_precision"] = out["citation_recall"] = None
+            else:
+                cs = await am.citation_scores(j, answer, cited)
+                out["citation_precision"], out["citation_recall"] = cs.precision, cs.recall
+            out["context_sufficiency"] = await am.context_sufficiency(j, question, final)
+            out["judge_correct_p"] = (
+                None
+                if refused or item.should_refuse or not item.reference or item.answers
+                else await am.judge_correct(j, answer, item.reference)
+            )
+            runs.append(out)
+        judged: dict[str, float | None] = {}
+        spread: dict[str, float] = {}
+        for key in runs[0]:
+            vals = [r[key] for r in runs if r[key] is not None]
+            judged[key] = None if not vals else round(sum(vals) / len(vals), 6)  # type: ignore[arg-type]
+            if len(vals) > 1:
+                spread[key] = round(max(vals) - min(vals), 6)  # type: ignore[type-var,operator]
+        return {"judge": self.spec.judge, "judged": judged, "judge_spread": spread}
+
+
+_WORKER: ItemRunner | None = None
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent was killed exits instead of lingering."""
+    while True:
+        time.sleep(2.0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _init_worker(spec: WorkerSpec, parent: int) -> None:
+    global _WORKER
+    os.environ["OMP_NUM_THREADS"] = "1"
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    _WORKER = ItemRunner(spec)
+
+
+def _run_in_worker(item_json: dict[str, Any]) -> dict[str, Any]:
+    assert _WORKER is not None
+    return _WORKER.run(EvalItem.from_json(item_json))
+
+
+# -- a run --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    total: int
+    skipped: int
+    ran: int
+    errors: int
+    wall_s: float
+    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out_dir": str(self.out_dir),
+            "total": self.total,
+            "skipped": self.skipped,
+            "ran": self.ran,
+            "errors": self.errors,
+            "wall_s": round(self.wall_s, 2),
+        }
+
+
+OnItem = Callable[[dict[str, Any], int, int], None]
+
+
+def _write_meta(path: Path, meta: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def run_suite(
+    suite: Suite,
+    config_name: str,
+    config: PipelineConfig,
+    out_dir: Path,
+    *,
+    settings: Settings,
+    items: Sequence[EvalItem] | None = None,
+    workers: int = 2,
+    judge: str | None = DEFAULT_JUDGE,
+    judge_repeats: int = 1,
+    seed: int = 0,
+    fresh: bool = False,
+    on_item: OnItem | None = None,
+    scorers: dict[str, Any] | None = None,
+) -> RunResult:
+    """Run (or resume) `config` on the suite's items; see the module docstring."""
+    items = list(suite.items if items is None else items)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    items_path = out_dir / "items.jsonl"
+    meta_path = out_dir / "run.json"
+    meta: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    if meta and meta.get("version_id") != config.version_id and not fresh:
+        raise RunError(
+            f"{out_dir} holds results of pipeline version {meta.get('version_id')}, not {config.version_id}: "
+            "use a new --out directory or --fresh"
+        )
+    if fresh:
+        items_path.unlink(missing_ok=True)
+        meta = {}
+    mode = "retrieval" if suite.name == "cacm" else "agent"
+    coll = suite.prepare(settings, config)
+    coll.close()
+    existing = read_records(items_path, repair=True)
+    wanted = {i.id for i in items}
+    finished = done_ids(existing) & wanted
+    todo = [i for i in items if i.id not in finished]
+    meta = {
+        "suite": suite.name,
+        "description": suite.description,
+        "config_name": config_name,
+        "version_id": config.version_id,
+        "config": config.model_dump(mode="json", by_alias=True),
+        "mode": mode,
+        "judge": judge if mode == "agent" else None,
+        "judge_repeats": judge_repeats,
+        "seed": seed,
+        "workers": workers,
+        "collection": suite.collection_name,
+        "item_ids": [i.id for i in items],
+        "started_at": meta.get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "wall_s": float(meta.get("wall_s") or 0.0),
+        "sessions": int(meta.get("sessions") or 0) + 1,
+        "finished": False,
+    }
+    _write_meta(meta_path, meta)
+    spec = WorkerSpec(
+        home=str(settings.home),
+        collection=suite.collection_name,
+        config_json=config.model_dump(mode="json", by_alias=True),
+        doc_prefix=suite.doc_prefix,
+        run_dir=str(out_dir),
+        mode=mode,
+        judge=judge,
+        judge_repeats=judge_repeats,
+        seed=seed,
+        suite=suite.name,
+    )
+    t0 = time.perf_counter()
+    ran = errors = 0
+    new_records: list[dict[str, Any]] = []
+
+    def emit(rec: dict[str, Any], fh: Any) -> None:
+        nonlocal ran, errors
+        fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+        fh.flush()
+        ran += 1
+        errors += bool(rec.get("error"))
+        new_records.append(rec)
+        if on_item is not None:
+            on_item(rec, ran, len(todo))
+
+    try:
+        with items_path.open("a", encoding="utf-8") as fh:
+            if not todo:
+                pass
+            elif workers <= 1 or len(todo) == 1:
+                runner = ItemRunner(spec, scorers=scorers)
+                try:
+                    for it in todo:
+                        emit(runner.run(it), fh)
+                finally:
+                    runner.close()
+            else:
+                if scorers:
+                    raise RunError("scripted scorers only work in-process (workers=1)")
+                spec.threads = 1
+                with ProcessPoolExecutor(
+                    max_workers=min(workers, len(todo)),
+                    mp_context=get_context("spawn"),
+                    initializer=_init_worker,
+                    initargs=(spec, os.getpid()),
+                ) as pool:
+                    pending: set[Future[dict[str, Any]]] = set()
+                    queue = list(todo)
+                    try:
+                        while queue or pending:
+                            while queue and len(pending) < workers * 4:
+                                pending.add(pool.submit(_run_in_worker, queue.pop(0).to_json()))
+                            finished_now, pending = wait(pending, return_when=FIRST_COMPLETED)
+                            for fut in finished_now:
+                                emit(fut.result(), fh)
+                    except BaseException:
+                        for fut in pending:
+                            fut.cancel()
+                        raise
+    finally:
+        meta["wall_s"] = round(meta["wall_s"] + time.perf_counter() - t0, 3)
+        all_records = read_records(items_path)
+        meta["done"] = len(done_ids(all_records) & wanted)
+        meta["finished"] = meta["done"] == len(wanted)
+        meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        _write_meta(meta_path, meta)
+    return RunResult(out_dir, len(items), len(items) - len(todo), ran, errors, meta["wall_s"], new_records)

@@ -1,0 +1,143 @@
+"""One question through the answer graph, for `/v1/query` and `/v1/chat/completions` alike.
+
+`answer_events()` yields the graph's node events and then the final, validated answer; when the
+active pipeline fails it answers with the last known-good one (marked `degraded`). Once the
+answer exists it is handed to the `AnswerRecorder` (stored + tier-1 job queued off the request
+path) and the caller gets it at once.
+
+Conversations are per key: the graph's thread (checkpoints and message log) and the stored
+session are `<key_id>:<session_id>`, so two keys that pick the same session id never share memory
+or read each other's turns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fastapi import HTTPException
+
+from ragloop.retrieval.collection import CollectionError
+from ragloop.service.auth import Caller
+from ragloop.service.pipelines import NoSuchCollectionError, NotIndexedError, Served
+from ragloop.service.recorder import AnswerRecord
+from ragloop.service.schemas import CitationPublic, QueryPublic
+from ragloop.service.state import ServiceState
+from ragloop.store import new_id
+
+if TYPE_CHECKING:
+    from ragloop.agent.api import Answer
+
+log = logging.getLogger("ragloop.service")
+
+
+def stored_session(caller: Caller, session_id: str) -> str:
+    return f"{caller.key_id}:{session_id}"
+
+
+def public_session(caller: Caller, stored: str) -> str:
+    prefix = f"{caller.key_id}:"
+    return stored[len(prefix) :] if stored.startswith(prefix) else stored
+
+
+@dataclass
+class Turn:
+    question: str
+    session_id: str
+    """The client's session id (not namespaced)."""
+    collection: str
+    top_k: int | None = None
+    remember: bool = True
+    """False for stateless OpenAI-style calls: no checkpoint thread, history arrives in the request."""
+
+
+def to_public(rec: AnswerRecord, session_id: str) -> QueryPublic:
+    ans = rec.answer
+    return QueryPublic(
+        answer_id=rec.answer_id,
+        session_id=session_id,
+        answer=ans.answer,
+        citations=[CitationPublic.model_validate(c.model_dump()) for c in ans.citations],
+        confidence=round(float(ans.quality_score), 4),
+        refused=ans.refused,
+        termination_reason=ans.termination_reason,
+        residual_deficiencies=list(ans.residual_deficiencies),
+        latency_ms=rec.latency_ms,
+        pipeline_version=ans.pipeline_version,
+        degraded=rec.degraded,
+    )
+
+
+async def _served(svc: ServiceState, turn: Turn) -> Served:
+    try:
+        return await svc.agents.serve(turn.collection, turn.top_k)
+    except NoSuchCollectionError as exc:
+        raise HTTPException(404, str(exc)) from None
+    except NotIndexedError as exc:
+        raise HTTPException(503, str(exc)) from None
+    except CollectionError as exc:
+        raise HTTPException(503, str(exc)) from None
+    except Exception as exc:
+        log.exception("no pipeline can answer")
+        raise HTTPException(503, f"the answer pipeline is unavailable ({type(exc).__name__})") from None
+
+
+async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncIterator[dict[str, Any]]:
+    """`{"event": "node", ...}` per graph step, then `{"event": "answer", "record": AnswerRecord, "public":
+    QueryPublic}`. Raises HTTPException before the first event when nothing can answer."""
+    t0 = time.perf_counter()
+    served = await _served(svc, turn)
+    thread = stored_session(caller, turn.session_id) if turn.remember else None
+    final: Answer | None = None
+    attempts = [served]
+    while attempts:
+        current = attempts.pop(0)
+        try:
+            async with svc.slots():
+                async for ev in current.agent.astream(turn.question, thread):
+                    if ev["event"] == "node":
+                        yield {k: v for k, v in ev.items() if k != "event"} | {"event": "node"}
+                    elif ev["event"] == "answer":
+                        final = ev["answer"]
+            served = current
+            break
+        except Exception as exc:
+            fallback = svc.agents.fallback(turn.collection, exclude=current.key) if not current.degraded else None
+            log.error(
+                "pipeline %s failed on a question (%s: %s)%s",
+                current.version_id,
+                type(exc).__name__,
+                str(exc)[:200],
+                f"; retrying with the last good pipeline {fallback.version_id}" if fallback else "",
+                exc_info=exc,
+            )
+            if fallback is None:
+                raise HTTPException(503, f"the answer pipeline failed ({type(exc).__name__})") from None
+            attempts.append(fallback)
+    assert final is not None
+    svc.agents.mark_good(served)
+    final.pipeline_version = served.version_id
+    latency_ms = round((time.perf_counter() - t0) * 1000)
+    rec = AnswerRecord(
+        answer_id=new_id(),
+        session_id=stored_session(caller, turn.session_id),
+        user_id=caller.key_id,
+        question=turn.question,
+        answer=final,
+        latency_ms=latency_ms,
+        degraded=served.degraded,
+    )
+    svc.recorder.record(rec)
+    svc.metrics.answers.labels(str(final.refused).lower(), str(served.degraded).lower()).inc()
+    svc.metrics.answer_latency.observe(latency_ms / 1000)
+    yield {"event": "answer", "record": rec, "public": to_public(rec, turn.session_id)}
+
+
+async def answer_once(svc: ServiceState, caller: Caller, turn: Turn) -> tuple[AnswerRecord, QueryPublic]:
+    async for ev in answer_events(svc, caller, turn):
+        if ev["event"] == "answer":
+            return ev["record"], ev["public"]
+    raise HTTPException(500, "the answer graph ended without an answer")

@@ -1,0 +1,243 @@
+"""The app factory: `create_app(settings, store_url=None, ...)` builds the engine, store, pipeline
+manager, worker and routes of one service instance. Nothing is a module global, so tests (and two
+apps in one process) get their own database and state.
+
+Start-up registers the pipeline config (the one given, else the defaults when nothing is active
+yet) and activates it; otherwise the stored active version keeps answering. The lifespan starts the
+embedded evaluation worker and, on shutdown, drains pending answer writes, stops the worker and
+closes what the app opened.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+from starlette.types import Scope
+
+from ragloop.config import PipelineConfig, Settings
+from ragloop.service.auth import BodySizeLimit, RateLimiter
+from ragloop.service.config import ServiceConfig
+from ragloop.service.documents import DocumentJobs
+from ragloop.service.heuristics import load_model
+from ragloop.service.judge import Judge, make_judge
+from ragloop.service.metrics import ServiceMetrics
+from ragloop.service.openai_compat import OpenAIError, error_body
+from ragloop.service.openai_compat import router as openai_router
+from ragloop.service.pipelines import AgentFactory, AgentManager, ensure_active_version
+from ragloop.service.recorder import AnswerRecorder
+from ragloop.service.routes import ROUTERS
+from ragloop.service.state import ServiceState
+from ragloop.service.worker import EvaluationWorker
+from ragloop.store import NotFoundError, Store
+
+log = logging.getLogger("ragloop.service")
+access = logging.getLogger("ragloop.service.access")
+
+UPLOAD_OVERHEAD = 256 * 1024
+OPENAI_PATHS = ("/v1/chat/", "/v1/models")
+
+DESCRIPTION = """Answers questions from a document collection with inline citations, checks its own answers,
+and evaluates every answer asynchronously (tier 1 heuristics on all, tier 2 judge on a routed share,
+tier 3 human review). Authenticate with `Authorization: Bearer <key>` (`ragloop keys create`)."""
+
+
+def create_app(
+    settings: Settings | None = None,
+    store_url: str | None = None,
+    *,
+    config: PipelineConfig | None = None,
+    service_config: ServiceConfig | None = None,
+    store: Store | None = None,
+    agent_factory: AgentFactory | None = None,
+    judge: Judge | None = None,
+    worker: bool | None = None,
+) -> FastAPI:
+    """One service instance.
+
+    `store_url` defaults to `RAGLOOP_DATABASE_URL`, else `RAGLOOP_HOME/ragloop.db` (migrated on open);
+    pass `store` to share one (it is then not closed here). `config` is the pipeline to activate
+    (default: keep the active one). `agent_factory`, `judge` are seams for tests; `worker` overrides
+    `service_config.inprocess_worker`.
+    """
+    settings = settings or Settings.from_env()
+    cfg = service_config or ServiceConfig.from_env()
+    owns_store = store is None
+    store = store or Store.open(store_url)
+    metrics = ServiceMetrics(store)
+    ensure_active_version(store, config)
+    agents = AgentManager(settings, store, agent_factory)
+
+    run_worker = cfg.inprocess_worker if worker is None else worker
+    eval_worker: EvaluationWorker | None = None
+    if run_worker:
+        if judge is None and cfg.judge:
+            judge = make_judge(cfg.judge, settings)
+        support = None
+        if cfg.heuristic_support:
+            from ragloop.models.scoring import make_scorer
+
+            support = make_scorer(cfg.heuristic_support, settings)
+        eval_worker = EvaluationWorker(
+            store, cfg, judge=judge, support_scorer=support, model=load_model(settings), metrics=metrics
+        )
+
+    recorder = AnswerRecorder(store, metrics, on_queued=eval_worker.notify if eval_worker is not None else None)
+
+    def _active_config() -> PipelineConfig:
+        return agents.active()[1]
+
+    documents = DocumentJobs(
+        settings, _active_config, on_done=lambda job: metrics.ingest_jobs.labels(job.kind, job.status).inc()
+    )
+    state = ServiceState(
+        settings=settings,
+        config=cfg,
+        store=store,
+        owns_store=owns_store,
+        metrics=metrics,
+        limiter=RateLimiter(cfg.rate_limit_per_minute),
+        agents=agents,
+        recorder=recorder,
+        documents=documents,
+        worker=eval_worker,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        state.start()
+        try:
+            yield
+        finally:
+            await state.stop()
+
+    app = FastAPI(
+        title="ragloop",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.service = state
+    for router in ROUTERS:
+        app.include_router(router)
+    app.include_router(openai_router)
+    _install_errors(app)
+    _install_access_log(app, metrics)
+    if cfg.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cfg.cors_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+
+    def limit_for(scope: Scope) -> int:
+        path = scope.get("path", "")
+        if scope.get("method") == "POST" and path.startswith("/v1/collections/") and path.endswith("/documents"):
+            return cfg.max_upload_bytes * cfg.max_upload_files + UPLOAD_OVERHEAD
+        return cfg.max_request_bytes
+
+    app.add_middleware(BodySizeLimit, limit_for=limit_for)
+    return app
+
+
+def _openai_path(request: Request) -> bool:
+    return request.url.path.startswith(OPENAI_PATHS)
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            ctx: dict[str, Any] = next((e.get("ctx", {}) for e in errors if e.get("type") == "json_invalid"), {})
+            message = f"the request body is not valid JSON ({ctx.get('error', 'parse error')})"
+            status = 400
+        else:
+            message = "; ".join(_describe(e) for e in errors)
+            status = 422
+        if _openai_path(request):
+            return JSONResponse(error_body(message, "invalid_request_error"), status_code=status)
+        return JSONResponse({"detail": message, "errors": _plain(errors)}, status_code=status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if _openai_path(request):
+            type_ = exc.type_ if isinstance(exc, OpenAIError) else _openai_type(exc.status_code)
+            code = exc.code if isinstance(exc, OpenAIError) else None
+            return JSONResponse(error_body(str(exc.detail), type_, code), status_code=exc.status_code, headers=headers)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(NotFoundError)
+    async def not_found(request: Request, exc: NotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        rid = getattr(request.state, "request_id", "")
+        log.error("unhandled error on %s %s [%s]", request.method, request.url.path, rid, exc_info=exc)
+        message = f"internal error (request {rid})"
+        if _openai_path(request):
+            return JSONResponse(error_body(message, "server_error"), status_code=500)
+        return JSONResponse({"detail": message}, status_code=500)
+
+
+def _openai_type(status: int) -> str:
+    return {
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        429: "rate_limit_error",
+    }.get(status, "invalid_request_error" if status < 500 else "server_error")
+
+
+def _describe(err: Any) -> str:
+    loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+    return f"{loc}: {err.get('msg', 'invalid')}"
+
+
+def _plain(errors: Any) -> list[dict[str, Any]]:
+    out = []
+    for e in errors:
+        out.append(
+            {"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+        )
+    return out
+
+
+def _install_access_log(app: FastAPI, metrics: ServiceMetrics) -> None:
+    @app.middleware("http")
+    async def access_log(request: Request, call_next: Any) -> Any:
+        rid = uuid.uuid4().hex[:12]
+        request.state.request_id = rid
+        start = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            response.headers["X-Request-ID"] = rid
+            return response
+        finally:
+            elapsed = time.perf_counter() - start
+            route = request.scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            metrics.requests.labels(request.method, template, str(status)).inc()
+            metrics.latency.labels(request.method, template).observe(elapsed)
+            access.info(
+                "%s %s %d %.1fms key=%s rid=%s",
+                request.method,
+                template,
+                status,
+                elapsed * 1000,
+                getattr(request.state, "key_id", "-"),
+                rid,
+            )

@@ -1,0 +1,99 @@
+"""`ServiceConfig`: the service's knobs (limits, evaluation routing, worker), read from the environment.
+
+These are about operating the service, not about answers, so they are not part of the pipeline
+version id. Every field has an environment variable (`RAGLOOP_` + the upper-case field name for
+most of them); `ServiceConfig.from_env()` reads them and names the variable in its error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+UPLOAD_EXTENSIONS: tuple[str, ...] = (".md", ".markdown", ".txt", ".rst", ".html", ".htm", ".pdf", ".jsonl")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    # what is served
+    collection: str = "default"
+    """The collection `/v1/query` and the `ragloop` chat model answer from when none is named."""
+
+    # limits
+    max_request_bytes: int = 1024 * 1024
+    """Largest request body outside uploads (413 above it)."""
+    max_upload_bytes: int = 10 * 1024 * 1024
+    """Largest uploaded file."""
+    max_upload_files: int = 20
+    upload_extensions: tuple[str, ...] = UPLOAD_EXTENSIONS
+    rate_limit_per_minute: int = 120
+    """Per-key limit for keys that do not carry their own."""
+    max_concurrent_answers: int = field(default_factory=lambda: max(2, 2 * (os.cpu_count() or 1)))
+    """Answer-graph runs at once in this process; more requests wait their turn. The graph is CPU-bound
+    and writes its memory to SQLite: past a few per core, more at once only adds lock waits."""
+
+    # HTTP
+    cors_origins: tuple[str, ...] = ()
+    """Allowed browser origins; empty (the default) means CORS is off."""
+
+    # evaluation
+    inprocess_worker: bool = True
+    """Run an evaluation worker inside the server (the embedded default); off when `ragloop worker`
+    processes do the work."""
+    judge: str | None = "embedding:minilm"
+    """Tier 2: `chat:<chat model>` (one structured judging prompt per answer) or a scorer name
+    (`llm:<chat model>`, `embedding:minilm`, `lexical`) running the RAGAS formulas; None: no judge
+    in this process (tier-2 jobs wait for a worker that has one)."""
+    heuristic_support: str | None = "embedding:minilm"
+    """Scorer for tier 1's support check of the least-supported claim; None skips the check."""
+    tier2_sample_rate: float = 0.01
+    tier2_threshold: float = 0.6
+    tier3_sample_rate: float = 0.001
+    tier3_disagreement: float = 0.3
+    lease_seconds: float = 60.0
+    poll_interval_s: float = 0.5
+    job_max_attempts: int = 5
+
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServiceConfig:
+        env = dict(os.environ if environ is None else environ)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name == "extra":
+                continue
+            var = f"RAGLOOP_{f.name.upper()}"
+            raw = env.get(var)
+            if raw is None:
+                continue
+            values[f.name] = _parse(var, raw, getattr(cls(), f.name))
+        values.update(overrides)
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> ServiceConfig:
+        return replace(self, **changes)
+
+
+def _parse(var: str, raw: str, default: Any) -> Any:
+    text = raw.strip()
+    try:
+        if isinstance(default, bool):
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true/false")
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+        if isinstance(default, tuple):
+            return tuple(p.strip() for p in text.split(",") if p.strip())
+        if default is None or isinstance(default, str):
+            return None if text.lower() in ("", "none", "off") else text
+    except ValueError as exc:
+        raise ValueError(f"{var}={raw!r}: {exc}") from None
+    return text

@@ -1,0 +1,206 @@
+"""Which pipeline answers: the active stored pipeline version, its agents, and the last known-good one.
+
+The active version lives in the store (`pipeline_versions`, switched by activate/rollback, audited).
+`AgentManager` reads it (cached for a second, dropped at once on a rollback made here), builds one
+`Agent` per (collection, version, top_k) and keeps the last agent that answered successfully per
+collection: when the active version cannot be built or fails, that one serves instead (the design's
+"serve from the last known-good pipeline configuration").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ragloop.config import PipelineConfig, Settings
+from ragloop.retrieval.collection import Collection, CollectionError, list_collections
+from ragloop.store import Store
+
+if TYPE_CHECKING:
+    from ragloop.agent.api import Agent
+
+log = logging.getLogger("ragloop.service")
+
+AgentFactory = Callable[[Collection, PipelineConfig], "Agent"]
+VERSION_TTL_S = 1.0
+MAX_AGENTS = 16
+
+
+class NoSuchCollectionError(LookupError):
+    pass
+
+
+class NotIndexedError(RuntimeError):
+    pass
+
+
+def default_agent_factory(collection: Collection, config: PipelineConfig) -> Agent:
+    from ragloop.agent.api import Agent
+
+    return Agent(collection, config)
+
+
+@dataclass(frozen=True)
+class Served:
+    agent: Agent
+    version_id: str
+    degraded: bool
+    key: tuple[str, str, int | None]
+
+
+def ensure_active_version(store: Store, config: PipelineConfig | None, *, actor: str = "ragloop serve") -> str:
+    """Register `config` and make it active when it is given explicitly or when nothing is active yet;
+    otherwise keep serving the active version. Returns the active version id."""
+    current = store.pipelines.current()
+    if config is None:
+        if current is not None:
+            return current.version_id
+        config = PipelineConfig()
+    row = store.pipelines.register_config(config)
+    if current is None or current.version_id != row.version_id:
+        store.pipelines.activate(row.version_id, actor=actor, reason="service start-up configuration")
+    return row.version_id
+
+
+class AgentManager:
+    def __init__(self, settings: Settings, store: Store, factory: AgentFactory | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.factory = factory or default_agent_factory
+        self._collections: dict[str, Collection] = {}
+        self._agents: OrderedDict[tuple[str, str, int | None], Agent] = OrderedDict()
+        self._last_good: dict[str, tuple[str, str, int | None]] = {}
+        self._version: tuple[float, str, PipelineConfig] | None = None
+        self._lock = threading.Lock()
+        self._build_locks: dict[tuple[str, str, int | None], asyncio.Lock] = {}
+
+    # ----------------------------------------------------------------- versions
+
+    def active(self) -> tuple[str, PipelineConfig]:
+        now = time.monotonic()
+        cached = self._version
+        if cached is not None and now - cached[0] < VERSION_TTL_S:
+            return cached[1], cached[2]
+        try:
+            row = self.store.pipelines.current()
+        except Exception:
+            if cached is not None:  # the store hiccupped: keep serving the version we know
+                return cached[1], cached[2]
+            raise
+        if row is None:
+            config = PipelineConfig()
+            version = config.version_id
+        else:
+            version = row.version_id
+            config = (
+                cached[2] if cached is not None and cached[1] == version else PipelineConfig.model_validate(row.config)
+            )
+        self._version = (now, version, config)
+        return version, config
+
+    def invalidate(self) -> None:
+        self._version = None
+
+    # ----------------------------------------------------------------- collections
+
+    def collection(self, name: str) -> Collection:
+        with self._lock:
+            coll = self._collections.get(name)
+            if coll is None:
+                try:
+                    coll = Collection(name, self.settings)
+                except CollectionError as exc:
+                    raise NoSuchCollectionError(str(exc)) from None
+                if not coll.exists():
+                    known = ", ".join(list_collections(self.settings)) or "none"
+                    raise NoSuchCollectionError(f"no collection named {name!r}; known: {known}")
+                self._collections[name] = coll
+            return coll
+
+    def check_index(self, name: str) -> int:
+        coll = self.collection(name)
+        if coll.generation() == 0:
+            raise NotIndexedError(f"collection {name!r} has no index yet: ingest documents into it first")
+        try:
+            return coll.load().manifest.n_chunks
+        except CollectionError as exc:
+            raise NotIndexedError(str(exc)) from None
+
+    # ----------------------------------------------------------------- agents
+
+    async def serve(self, collection: str, top_k: int | None = None) -> Served:
+        """The agent for the active version (raises NoSuchCollection / NotIndexed); on a build failure,
+        the last known-good agent for the collection, marked degraded."""
+        self.check_index(collection)
+        version, config = self.active()
+        if top_k is not None and top_k == config.retrieval.k:
+            top_k = None
+        key = (collection, version, top_k)
+        try:
+            agent = await self._agent(key, config)
+            return Served(agent, version, False, key)
+        except Exception as exc:
+            fallback = self.fallback(collection, exclude=key)
+            if fallback is None:
+                raise
+            log.error(
+                "pipeline %s cannot be built (%s: %s); serving the last good pipeline %s",
+                version,
+                type(exc).__name__,
+                str(exc)[:200],
+                fallback.version_id,
+            )
+            return fallback
+
+    def fallback(self, collection: str, exclude: tuple[str, str, int | None]) -> Served | None:
+        key = self._last_good.get(collection)
+        if key is None or key == exclude or key not in self._agents:
+            return None
+        return Served(self._agents[key], key[1], True, key)
+
+    def mark_good(self, served: Served) -> None:
+        self._last_good[served.key[0]] = served.key
+
+    async def _agent(self, key: tuple[str, str, int | None], config: PipelineConfig) -> Agent:
+        agent = self._agents.get(key)
+        if agent is not None:
+            self._agents.move_to_end(key)
+            return agent
+        lock = self._build_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            agent = self._agents.get(key)
+            if agent is not None:
+                return agent
+            cfg = config if key[2] is None else config.with_overrides(retrieval={"k": key[2]})
+            coll = self.collection(key[0])
+            agent = await asyncio.to_thread(self.factory, coll, cfg)
+            self._agents[key] = agent
+            keep = set(self._last_good.values())
+            for old in [k for k in self._agents if k not in keep][: max(0, len(self._agents) - MAX_AGENTS)]:
+                del self._agents[old]
+            return agent
+
+    async def any_agent(self, collection: str) -> Agent | None:
+        """An agent that shares the graph's memory stores (checkpoints, message log), for deleting a
+        conversation: a loaded one, else the one for `collection`; None when none can be built."""
+        if self._agents:
+            return next(reversed(self._agents.values()))
+        try:
+            return (await self.serve(collection)).agent
+        except Exception:
+            return None
+
+    def loaded(self) -> list[tuple[str, str, int | None]]:
+        return list(self._agents)
+
+    def close(self) -> None:
+        for coll in self._collections.values():
+            coll.close()
+        self._collections.clear()
+        self._agents.clear()

@@ -1,0 +1,136 @@
+"""Answers, feedback and evaluations: `GET /v1/answers/{id}`, `POST /v1/answers/{id}/feedback`,
+`GET /v1/evaluations/{answer_id}`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, status
+
+from ragloop.service.answering import public_session
+from ragloop.service.deps import CallerDep, ServiceDep
+from ragloop.service.routes._common import ID_PATTERN, answer_citations, evaluation_public, owned_answer
+from ragloop.service.schemas import (
+    AnswerPublic,
+    CitationPublic,
+    EvaluationJobPublic,
+    EvaluationsPublic,
+    FeedbackCreate,
+    FeedbackPublic,
+)
+from ragloop.service.worker import TIER1, TIER2, TIER3
+from ragloop.store import feedback_weight
+
+router = APIRouter(tags=["answers"])
+AnswerId = Annotated[str, Path(pattern=ID_PATTERN, description="The `answer_id` of a `/v1/query` response.")]
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such answer (or not yours)."}}
+TIER_RANK = {"human": 3, "llm_judge": 2, "heuristic": 1}
+
+
+@router.get(
+    "/v1/answers/{answer_id}", response_model=AnswerPublic, responses=NOT_FOUND, summary="An answer with its trace"
+)
+async def get_answer(answer_id: AnswerId, svc: ServiceDep, caller: CallerDep) -> AnswerPublic:
+    answer, query = await owned_answer(svc, caller, answer_id)
+    trace = answer.trace or {}
+    return AnswerPublic(
+        answer_id=answer.answer_id,
+        session_id=public_session(caller, answer.session_id),
+        question=query.question_text,
+        answer=answer.answer_text,
+        citations=[CitationPublic.model_validate(c) for c in answer_citations(answer)],
+        confidence=float(answer.confidence or 0.0),
+        refused=answer.refused,
+        termination_reason=answer.termination_reason or "",
+        residual_deficiencies=[str(d) for d in answer.residual_deficiencies or []],
+        latency_ms=int(answer.latency_ms or 0),
+        pipeline_version=answer.pipeline_version,
+        degraded=bool(trace.get("degraded", False)),
+        created_at=answer.created_at,
+        trace=trace,
+    )
+
+
+@router.post(
+    "/v1/answers/{answer_id}/feedback",
+    response_model=FeedbackPublic,
+    status_code=status.HTTP_201_CREATED,
+    responses=NOT_FOUND,
+    summary="Rate an answer",
+)
+async def post_feedback(
+    answer_id: AnswerId, body: FeedbackCreate, svc: ServiceDep, caller: CallerDep
+) -> FeedbackPublic:
+    """Negative feedback sends the answer to the tier-2 judge; a correction or highlighted passages also
+    send it to human review (tier 3). The feedback and its jobs are written in one transaction."""
+    await owned_answer(svc, caller, answer_id)
+    detailed = bool(body.corrected_answer or body.highlighted_passages)
+    passages = [p.model_dump() for p in body.highlighted_passages]
+    store = svc.store
+
+    def write() -> tuple[str, bool, float]:
+        queued = False
+        with store.db.transaction():
+            row = store.feedback.add(
+                answer_id,
+                body.rating,
+                issues=list(body.issues),
+                corrected_answer=body.corrected_answer,
+                relevant_doc_ids=list(body.relevant_doc_ids),
+                highlighted_passages=passages,
+                user_id=caller.key_id,
+                weight=feedback_weight(
+                    corrected_answer=body.corrected_answer,
+                    relevant_doc_ids=body.relevant_doc_ids,
+                    highlighted_passages=passages,
+                ),
+            )
+            jobs = {j.tier: j for j in store.queue.for_answer(answer_id)}
+            base = dict(jobs[TIER1].payload) if TIER1 in jobs else {}
+            if body.rating == "negative" and TIER2 not in jobs:
+                store.queue.enqueue(answer_id, TIER2, {**base, "reasons": ["negative_feedback"]})
+                queued = True
+            if detailed and TIER3 not in jobs:
+                store.queue.enqueue(
+                    answer_id, TIER3, {"reasons": ["detailed_feedback"], "feedback_id": row.feedback_id}
+                )
+                queued = True
+            return row.feedback_id, queued, row.weight
+
+    feedback_id, queued, weight = await asyncio.to_thread(write)
+    if queued and svc.worker is not None:
+        svc.worker.notify()
+    return FeedbackPublic(feedback_id=feedback_id, improvement_queued=queued, weight=weight)
+
+
+@router.get(
+    "/v1/evaluations/{answer_id}",
+    response_model=EvaluationsPublic,
+    responses=NOT_FOUND,
+    summary="An answer's evaluations",
+)
+async def get_evaluations(answer_id: AnswerId, svc: ServiceDep, caller: CallerDep) -> EvaluationsPublic:
+    await owned_answer(svc, caller, answer_id)
+
+    def load() -> EvaluationsPublic:
+        rows = [evaluation_public(r) for r in svc.store.evaluations.for_answer(answer_id)]
+        jobs = [
+            EvaluationJobPublic.model_validate(j, from_attributes=True) for j in svc.store.queue.for_answer(answer_id)
+        ]
+        done = [r for r in rows if r.status == "completed"]
+        best = max(done, key=lambda r: (TIER_RANK[r.evaluation_tier], r.evaluated_at), default=None)
+        tier1 = next((r for r in reversed(done) if r.evaluation_tier == TIER1), None)
+        return EvaluationsPublic(
+            answer_id=answer_id,
+            evaluation_tier=best.evaluation_tier if best else None,
+            scores=best.scores if best else {},
+            heuristic_score=tier1.heuristic_score if tier1 else None,
+            failure_mode=best.failure_mode if best else None,
+            failure_evidence=best.failure_evidence if best else {},
+            improvement_actions=best.improvement_actions if best else [],
+            evaluations=rows,
+            jobs=jobs,
+        )
+
+    return await asyncio.to_thread(load)

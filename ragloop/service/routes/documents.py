@@ -1,0 +1,113 @@
+"""Documents: upload into a collection (ingested in the background), delete one, follow a job."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from typing import Annotated
+
+from fastapi import APIRouter, File, HTTPException, Path, UploadFile, status
+
+from ragloop.service.deps import AdminDep, CallerDep, ServiceDep
+from ragloop.service.documents import StagedFile, UploadError, check_collection_name, check_filename
+from ragloop.service.schemas import JobPublic
+
+router = APIRouter(tags=["documents"])
+CollectionName = Annotated[
+    str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Collection name (created on first upload).")
+]
+CHUNK = 1 << 20
+
+
+@router.post(
+    "/v1/collections/{name}/documents",
+    response_model=JobPublic,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        409: {"description": "A file's id belongs to a document ingested from elsewhere."},
+        413: {"description": "A file (or the request) is over the size limit."},
+        415: {"description": "Unsupported file type."},
+        422: {"description": "A file cannot be read as its type, or has no text."},
+    },
+    summary="Upload documents (admin)",
+)
+async def upload_documents(
+    name: CollectionName,
+    files: Annotated[list[UploadFile], File(description="One or more documents (md, txt, rst, html, pdf, jsonl).")],
+    svc: ServiceDep,
+    _admin: AdminDep,
+) -> JobPublic:
+    """Every file is checked completely (name, type, size, and a parse with the ingest loader) before
+    anything is kept; a refused upload leaves nothing behind. Accepted files are ingested by a
+    background job: follow it at `GET /v1/jobs/{job_id}`."""
+    cfg = svc.config
+    try:
+        check_collection_name(name)
+        if not files:
+            raise UploadError("no files in the upload (send multipart/form-data with `files` parts)")
+        if len(files) > cfg.max_upload_files:
+            raise UploadError(f"at most {cfg.max_upload_files} files per upload, got {len(files)}", 413)
+        names = [check_filename(f.filename, cfg.upload_extensions) for f in files]
+        if len(set(names)) != len(names):
+            raise UploadError("the upload names the same file twice")
+    except UploadError as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    jobs = svc.documents
+    job_id = jobs.new_job_id()
+    stage = jobs.staging_dir(name, job_id)
+    try:
+        staged = []
+        stage.mkdir(parents=True, exist_ok=True)
+        for f, fname in zip(files, names, strict=True):
+            path = stage / fname
+            size = 0
+            with path.open("wb") as out:
+                while block := await f.read(CHUNK):
+                    size += len(block)
+                    if size > cfg.max_upload_bytes:
+                        raise UploadError(f"{fname} is larger than the {cfg.max_upload_bytes:,} byte limit", 413)
+                    out.write(block)
+            if size == 0:
+                raise UploadError(f"{fname} is empty")
+            staged.append(StagedFile(fname, path))
+        await asyncio.to_thread(jobs.validate_staged, name, staged)
+    except UploadError as exc:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise HTTPException(exc.status, str(exc)) from None
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    job = jobs.submit_upload(name, job_id, staged)
+    return JobPublic.model_validate(job.public())
+
+
+@router.delete(
+    "/v1/collections/{name}/documents/{doc_id:path}",
+    response_model=JobPublic,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={404: {"description": "No such collection or document."}, 409: {"description": "Not deletable here."}},
+    summary="Delete a document (admin)",
+)
+async def delete_document(name: CollectionName, doc_id: str, svc: ServiceDep, _admin: AdminDep) -> JobPublic:
+    """Removes an uploaded document from the collection (a background re-ingest: follow the job)."""
+    try:
+        check_collection_name(name)
+        job = await asyncio.to_thread(svc.documents.submit_delete, name, doc_id)
+    except UploadError as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from None
+    return JobPublic.model_validate(job.public())
+
+
+@router.get(
+    "/v1/jobs/{job_id}",
+    response_model=JobPublic,
+    responses={404: {"description": "No such job (jobs are kept in memory until a restart)."}},
+    summary="A document job's status and progress",
+)
+def get_job(job_id: str, svc: ServiceDep, _caller: CallerDep) -> JobPublic:
+    job = svc.documents.get(job_id)
+    if job is None:
+        raise HTTPException(404, f"no job {job_id!r}")
+    return JobPublic.model_validate(job.public())

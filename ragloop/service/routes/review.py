@@ -1,0 +1,91 @@
+"""Tier 3, the human review queue (admin): list what waits for review, submit scores and labels."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query, status
+from sqlalchemy import select, update
+
+from ragloop.service.deps import AdminDep, ServiceDep
+from ragloop.service.routes._common import ID_PATTERN, answer_citations, evaluation_public
+from ragloop.service.schemas import CitationPublic, EvaluationPublic, ReviewCreate, ReviewItemPublic
+from ragloop.service.worker import TIER3
+from ragloop.store import Answer, EvaluationJob, utcnow
+from ragloop.store import Query as QueryRow
+
+router = APIRouter(tags=["review"])
+
+
+@router.get("/v1/review", response_model=list[ReviewItemPublic], summary="Answers waiting for human review (admin)")
+def review_queue(
+    svc: ServiceDep, _admin: AdminDep, limit: Annotated[int, Query(ge=1, le=200)] = 50
+) -> list[ReviewItemPublic]:
+    """Oldest first: the 0.1% random sample, tier-1/tier-2 disagreements and detailed user feedback."""
+    with svc.store.db.transaction(write=False) as s:
+        rows = s.execute(
+            select(EvaluationJob, Answer, QueryRow.question_text)
+            .join(Answer, Answer.answer_id == EvaluationJob.answer_id)
+            .join(QueryRow, QueryRow.query_id == Answer.query_id)
+            .where(EvaluationJob.tier == TIER3, EvaluationJob.status == "queued")
+            .order_by(EvaluationJob.created_at, EvaluationJob.job_id)
+            .limit(limit)
+        ).all()
+    items = []
+    for job, answer, question in rows:
+        items.append(
+            ReviewItemPublic(
+                job_id=job.job_id,
+                answer_id=answer.answer_id,
+                reasons=[str(r) for r in (job.payload or {}).get("reasons", [])],
+                queued_at=job.created_at,
+                question=question,
+                answer=answer.answer_text,
+                citations=[CitationPublic.model_validate(c) for c in answer_citations(answer)],
+                evaluations=[evaluation_public(e) for e in svc.store.evaluations.for_answer(answer.answer_id)],
+            )
+        )
+    return items
+
+
+@router.post(
+    "/v1/review/{answer_id}",
+    response_model=EvaluationPublic,
+    status_code=status.HTTP_201_CREATED,
+    responses={404: {"description": "No such answer."}},
+    summary="Submit a human evaluation (admin)",
+)
+def submit_review(
+    answer_id: Annotated[str, Path(pattern=ID_PATTERN)], body: ReviewCreate, svc: ServiceDep, admin: AdminDep
+) -> EvaluationPublic:
+    """Records a `human` evaluation and closes the answer's review job, if one waits, in one transaction."""
+    store = svc.store
+    with store.db.transaction() as s:
+        if s.get(Answer, answer_id) is None:
+            raise HTTPException(404, f"no answer {answer_id!r}")
+        scores: dict[str, float | None] = {str(k): v for k, v in body.scores.items()}
+        row = store.evaluations.add(
+            answer_id,
+            "human",
+            scores=scores,
+            failure_mode=body.failure_mode,
+            failure_evidence={
+                "labels": body.labels,
+                "corrected_answer": body.corrected_answer,
+                "notes": body.notes,
+                "reviewer": f"key:{admin.key_id}",
+            },
+            evaluator_model=f"human:key:{admin.key_id}",
+        )
+        now = utcnow()
+        s.execute(
+            update(EvaluationJob)
+            .where(
+                EvaluationJob.answer_id == answer_id,
+                EvaluationJob.tier == TIER3,
+                EvaluationJob.status.in_(("queued", "leased")),
+            )
+            .values(status="done", completed_at=now, updated_at=now, lease_expires_at=None)
+            .execution_options(synchronize_session=False)
+        )
+        return evaluation_public(row)

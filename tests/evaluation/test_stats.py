@@ -1,0 +1,79 @@
+"""Bootstrap intervals, paired tests and Cohen's kappa on cases with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragloop.evaluation.stats import (
+    bootstrap_ci,
+    bootstrap_percentile,
+    cohen_kappa,
+    cohen_kappa_point,
+    paired_test,
+    ratio,
+)
+
+
+def test_bootstrap_ci_contains_the_true_mean_and_is_deterministic_for_a_seed() -> None:
+    rng = np.random.default_rng(7)
+    covered = 0
+    for i in range(100):
+        data = rng.normal(0.3, 1.0, size=200)
+        est = bootstrap_ci(list(data), resamples=500, seed=i)
+        covered += est.lo <= 0.3 <= est.hi
+        assert est.lo < est.value < est.hi
+    assert covered >= 90  # nominal 95%
+    data = list(rng.normal(0.3, 1.0, size=200))
+    assert bootstrap_ci(data, seed=5) == bootstrap_ci(data, seed=5)
+    assert bootstrap_ci(data, seed=5) != bootstrap_ci(data, seed=6)
+    narrow = bootstrap_ci(list(rng.normal(0.3, 1.0, size=3200)), seed=5)
+    wide = bootstrap_ci(data, seed=5)
+    assert (narrow.hi - narrow.lo) < (wide.hi - wide.lo) / 2
+
+
+def test_ratio_metrics_resample_items_not_predictions() -> None:
+    num, den = [1, 0, 3, 2], [2, 0, 4, 2]  # item 2 carries no prediction
+    assert ratio(num, den) == pytest.approx(6 / 8)
+    est = bootstrap_ci(num, den, resamples=300)
+    assert est.value == pytest.approx(0.75) and est.n == 3
+    assert 0.0 <= est.lo <= 0.75 <= est.hi <= 1.0
+    empty = bootstrap_ci([], [])
+    assert empty.n == 0 and empty.value != empty.value
+
+
+def test_paired_test_detects_a_real_difference_and_not_a_null_one() -> None:
+    rng = np.random.default_rng(11)
+    a = (rng.random(300) < 0.5).astype(float)
+    b = a.copy()
+    zeros = np.flatnonzero(a == 0)
+    b[zeros[:40]] = 1.0  # config b fixes 40 items and breaks none
+    real = paired_test(list(a), list(b))
+    assert real.diff == pytest.approx(40 / 300)
+    assert real.significant and real.p_value < 0.01 and real.lo > 0
+
+    x = (rng.random(300) < 0.5).astype(float)
+    y = (rng.random(300) < 0.5).astype(float)
+    null = paired_test(list(x), list(y))
+    assert not null.significant and null.lo < 0 < null.hi
+    same = paired_test(list(x), list(x))
+    assert same.diff == 0 and same.p_value == 1.0 and not same.significant
+
+
+def test_cohen_kappa_on_a_hand_computed_table() -> None:
+    # 20 both yes, 5 A-yes/B-no, 10 A-no/B-yes, 15 both no:
+    # p_o = 35/50 = 0.7; p_e = 0.5*0.6 + 0.5*0.4 = 0.5; kappa = (0.7-0.5)/(1-0.5) = 0.4
+    a = [1] * 20 + [1] * 5 + [0] * 10 + [0] * 15
+    b = [1] * 20 + [0] * 5 + [1] * 10 + [0] * 15
+    assert cohen_kappa_point(a, b) == pytest.approx(0.4)
+    est = cohen_kappa(a, b, resamples=500)
+    assert est.value == pytest.approx(0.4) and est.lo < 0.4 < est.hi
+    assert cohen_kappa_point([1, 0, 1], [1, 0, 1]) == 1.0
+    assert cohen_kappa_point([1, 1, 0, 0], [0, 0, 1, 1]) == pytest.approx(-1.0)
+
+
+def test_bootstrap_percentile() -> None:
+    vals = [float(v) for v in range(1, 101)]
+    est = bootstrap_percentile(vals, 50, resamples=300)
+    assert est.value == pytest.approx(50.5)
+    assert est.lo < 50.5 < est.hi
