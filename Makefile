@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := ann,faiss,openai,local,agent,postgres,service,eval,dev
 
-.PHONY: install demo test lint format bench
+.PHONY: install demo test lint format bench gate
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ragloop needs Python 3.11+"'
@@ -23,6 +23,9 @@ demo: install
 
 test: install
 	$(BIN)/pytest -q
+
+gate: install
+	$(BIN)/ragloop eval gate
 
 lint: install
 	$(BIN)/ruff check ragloop tests benchmarks
