@@ -1,6 +1,6 @@
 """Load on `ragloop serve` (127.0.0.1 only): MTRAG-UN dev conversations replayed turn by turn.
 
-    .venv/bin/python benchmarks/load.py [--concurrency 1,2,4,8] [--duration 30] [--workers 0]
+    .venv/bin/python benchmarks/load.py [--concurrency 1,2,4,8] [--duration 30] [--workers 0] [--local-judge 1]
 
 1. The MTRAG-UN corpus (858 passages) is ingested into the collection `default` under
    `benchmarks/.home/load/` with the default (offline) pipeline; the embedding cache is shared with
@@ -18,8 +18,11 @@
 5. Tier-1 feature cost is timed in-process on the stored payloads of the answers just served
    (real MTRAG questions, answers and contexts): the cheap features alone, and with the support
    check (the embedding scorer).
+6. The tier-2 `ChatJudge` is timed with a local model (`--local-judge N`, default 1, on
+   `local:qwen2.5-coder-1.5b`; 0 skips it) on answers that were routed to tier 2, and its
+   judgements per second are set against the tier-2 arrival rate at the sustained load.
 
-Everything stops by itself. Writes `benchmarks/results/load.{json,md}`.
+Everything stops by itself (the local judge has a 240 s budget). Writes `benchmarks/results/load.{json,md}`.
 """
 
 from __future__ import annotations
@@ -397,7 +400,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per level")
     parser.add_argument("--workers", type=int, default=0, help="0: embedded worker; N: N `ragloop worker` processes")
     parser.add_argument("--drain-timeout", type=float, default=180.0)
-    parser.add_argument("--local-judge", type=int, default=3, help="time the local chat judge on N routed answers")
+    parser.add_argument("--local-judge", type=int, default=1, help="time the local chat judge on N routed answers")
     parser.add_argument("--local-judge-model", default="local:qwen2.5-coder-1.5b")
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]

@@ -661,6 +661,14 @@ async def run(args: argparse.Namespace) -> None:
                 pf_all = scorer_p(key, weights[key], task, [rows[("fit", name)][fidx[id(p)]] for p in fit_s[name]])
                 same[key] = metrics(pf_all, yf, pr_all, yr)
             llm_rows[name]["same_sample"] = same
+        for task in ("relevance", "support"):  # one threshold per question, on its fitting sets
+            model = llm_weights.relevance if task == "relevance" else llm_weights.support
+            assert model is not None
+            z = np.concatenate([fit_z[n] for n in FIT_ON[task]])
+            y = np.concatenate([[p.label for p in fit_s[n]] for n in FIT_ON[task]])
+            ok = np.isfinite(z)
+            p_fit = model.predict_rows([{"logit_p_yes": float(v)} for v in z[ok]])
+            thresholds[task] = round(best_threshold(p_fit, y[ok])[0], 6)
         llm_weights = dataclasses.replace(llm_weights, thresholds=thresholds)
         lat = np.asarray(recorder.latencies_ms)
         pairs_per_s = round(len(lat) / (lat.sum() / 1000.0), 3) if len(lat) else float("nan")

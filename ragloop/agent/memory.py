@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     delete,
+    event,
     insert,
     select,
 )
@@ -66,7 +67,9 @@ conversation_log = Table(
 
 class ConversationLog:
     def __init__(self, url: str) -> None:
-        self.engine = create_engine(url)
+        self.engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _wal)
         _meta.create_all(self.engine)
 
     def append(self, thread_id: str, role: str, content: str, meta: dict[str, Any] | None = None) -> None:
@@ -108,6 +111,10 @@ class ConversationLog:
         self.engine.dispose()
 
 
+def _wal(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.execute("PRAGMA journal_mode=WAL")
+
+
 @asynccontextmanager
 async def open_checkpointer(url: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     """`sqlite:///path` (default) or `postgresql://...` (needs the `postgres` extra)."""
@@ -116,7 +123,9 @@ async def open_checkpointer(url: str) -> AsyncIterator[BaseCheckpointSaver[Any]]
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
         path = url.split("///", 1)[1] if "///" in url else ":memory:"
-        async with aiosqlite.connect(path) as db:
+        async with aiosqlite.connect(path, timeout=30) as db:
+            if path != ":memory:":  # concurrent turns (the service) must not fail on a writer lock
+                await db.execute("PRAGMA journal_mode=WAL")
             yield AsyncSqliteSaver(db, serde=checkpoint_serde())
     elif url.startswith(("postgresql", "postgres")):
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver

@@ -120,8 +120,9 @@ class Retriever:
         results: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if mode in ("bm25", "hybrid"):
             results["bm25"] = gen.bm25.top(query, n)
-        if mode in ("dense", "hybrid"):
-            ids, scores = gen.vectors_index.search(self._query_vector(query), n)
+        qvec = self._query_vector(query) if mode in ("dense", "hybrid") else None
+        if qvec is not None and qvec.any():  # a query with no embeddable text has no dense neighbours
+            ids, scores = gen.vectors_index.search(qvec, n)
             keep = ids >= 0
             results["dense"] = (ids[keep], scores[keep])
         # per stage: id -> (score, rank); a repeated id keeps its last entry
@@ -130,9 +131,12 @@ class Retriever:
             pairs = zip(ids.tolist(), scores.tolist(), strict=True)
             stages[stage] = {int(i): (float(s), r) for r, (i, s) in enumerate(pairs, start=1)}
         fused: list[tuple[int, float]]
-        if mode != "hybrid":
+        if not results:
+            return []
+        if mode != "hybrid" or len(results) == 1:
             (stage,) = results
             fused = [(int(i), stages[stage][int(i)][0]) for i in results[stage][0][:depth].tolist()]
+            mode = "bm25" if stage == "bm25" else "dense"  # one stage left: nothing was fused
         elif self.config.fusion.method == "rrf":
             fused = rrf({s: [int(i) for i in ids] for s, (ids, _) in results.items()}, k=self.config.fusion.rrf_k)
         else:

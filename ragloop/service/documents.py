@@ -6,8 +6,10 @@ type, size, and a full parse with the same loader ingest uses) before anything i
 rejected upload leaves nothing behind. Accepted files are staged in a hidden directory (ingest
 skips dot-directories) and a job moves them into place and runs the incremental ingest. If the
 ingest fails, or skips a file, the file is removed again (or the version it replaced restored),
-so the upload area never holds a file the index does not. Deleting a document removes its file
-and re-ingests the root; the collection's atomic generations mean readers never see a half state.
+so the upload area never holds a file the index does not. Deleting a document drops it from the
+index as one new generation (`Collection.delete_documents`): any document, uploaded or ingested
+from the command line; an uploaded file is removed from the upload area too. Readers never see a
+half state.
 
 Jobs run one at a time on a dedicated thread (ingests of one collection serialise on its lock
 anyway) and are kept in memory: a restart forgets finished jobs (the documents stay ingested).
@@ -184,7 +186,7 @@ class DocumentJobs:
     # ------------------------------------------------------------------ deletion
 
     def submit_delete(self, collection: str, doc_id: str) -> DocumentJob:
-        """Raises LookupError (unknown collection or document) or UploadError (not deletable)."""
+        """Raises LookupError (unknown collection or document) or UploadError (a record inside a file)."""
         coll = Collection(collection, self.settings)
         try:
             if not coll.exists():
@@ -198,16 +200,10 @@ class DocumentJobs:
             raise LookupError(f"collection {collection!r} has no document {doc_id!r}")
         if rel != doc_id:
             raise UploadError(f"{doc_id!r} is a record of {rel!r}: delete the whole file {rel!r}", 409)
-        root = uploads_root(self.settings, collection).resolve()
-        if Path(rec.root).resolve() != root:
-            raise UploadError(
-                f"{doc_id!r} was ingested from {rec.root}, outside the service's upload area: remove it there "
-                f"and run `ragloop ingest {rec.root} --collection {collection}`",
-                409,
-            )
+        uploaded = Path(rec.root).resolve() == uploads_root(self.settings, collection).resolve()
         job = DocumentJob(uuid.uuid4().hex, "delete", collection, [doc_id])
         self._add(job)
-        self._pool.submit(self._run, job, lambda: self._delete(job, rel))
+        self._pool.submit(self._run, job, lambda: self._delete(job, rel, rec.root, uploaded))
         return job
 
     # ------------------------------------------------------------------ running
@@ -279,21 +275,34 @@ class DocumentJobs:
             if backup.exists():
                 shutil.move(str(backup), target)
 
-    def _delete(self, job: DocumentJob, rel: str) -> dict[str, Any]:
-        root = uploads_root(self.settings, job.collection)
-        target = root / rel
+    def _delete(self, job: DocumentJob, rel: str, root: str, uploaded: bool) -> dict[str, Any]:
+        """Drop the document from the index (one new generation). An uploaded file is removed too (it
+        is held aside until the index no longer has it, and put back if that fails); a file ingested
+        from elsewhere stays where it is, and re-ingesting its root would add it again."""
+        job.phase, job.total = "delete", 1
+        held: Path | None = None
+        target = uploads_root(self.settings, job.collection) / rel
         trash = self.staging_dir(job.collection, job.job_id)
-        trash.mkdir(parents=True, exist_ok=True)
-        held = trash / Path(rel).name
-        if target.exists():
+        if uploaded and target.exists():
+            trash.mkdir(parents=True, exist_ok=True)
+            held = trash / Path(rel).name
             shutil.move(str(target), held)
+        coll = Collection(job.collection, self.settings)
         try:
-            summary = self._ingest(job, root)
+            summary = coll.delete_documents([rel]).to_json()
         except Exception:
-            if held.exists():
+            if held is not None and held.exists():
                 shutil.move(str(held), target)
             raise
+        finally:
+            coll.close()
         shutil.rmtree(trash, ignore_errors=True)
+        job.done = 1
+        if not uploaded:
+            summary["note"] = (
+                f"{rel} was ingested from {root}; the file is still there, "
+                f"and `ragloop ingest {root}` would add it again"
+            )
         return summary
 
     def discard_staging(self, collection: str, job_id: str) -> None:

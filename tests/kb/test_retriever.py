@@ -81,3 +81,10 @@ def test_pinned_expansion_comes_first(coll: Collection) -> None:
 def test_empty_query_and_k_larger_than_collection(coll: Collection) -> None:
     assert _retriever(coll).retrieve("   ") == []
     assert len(_retriever(coll).retrieve("directory", k=50)) <= len(DOCS)
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+def test_a_query_with_no_embeddable_text_does_not_crash(coll: Collection, mode: str) -> None:
+    """The hashed embedder maps symbol-only text to a zero vector: dense search has nothing to say."""
+    hits = _retriever(coll).retrieve("∑ ∫ ≈", k=3, mode=mode)  # type: ignore[arg-type]
+    assert hits == [] or all("dense" not in h.scores for h in hits)

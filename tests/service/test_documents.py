@@ -52,9 +52,7 @@ async def test_upload_ingest_query_delete(collection: Collection, store: Store) 
         ans = (await c.post("/v1/query", json=q, headers=keys.u)).json()
         assert "Ansel Brock" in ans["answer"] and ans["citations"][0]["doc_id"] == "lighthouse.md"
 
-        # CLI-ingested documents are not the service's to delete; unknown ones are 404
-        r = await c.delete("/v1/collections/default/documents/bridge.md", headers=keys.a)
-        assert r.status_code == 409 and "outside the service's upload area" in r.json()["detail"]
+        # unknown documents and collections are 404
         assert (await c.delete("/v1/collections/default/documents/nope.md", headers=keys.a)).status_code == 404
         assert (await c.delete("/v1/collections/nope/documents/x.md", headers=keys.a)).status_code == 404
 
@@ -66,6 +64,18 @@ async def test_upload_ingest_query_delete(collection: Collection, store: Store) 
         assert all(c_["doc_id"] != "lighthouse.md" for c_ in ans["citations"])
         assert not (uploads_root(Settings(), "default") / "lighthouse.md").exists()
         assert staging_empty("default")
+
+        # a document ingested from a directory (the CLI) leaves the index; its file stays where it is
+        r = await c.delete("/v1/collections/default/documents/bridge.md", headers=keys.a)
+        done = await wait_job(c, r.json()["job_id"], keys.a)
+        assert done["status"] == "succeeded" and "is still there" in done["result"]["note"]
+        ans = (
+            await c.post(
+                "/v1/query", json={"question": "Who completed the Zorblat Bridge?", "session_id": "d3"}, headers=keys.u
+            )
+        ).json()
+        assert all(c_["doc_id"] != "bridge.md" for c_ in ans["citations"])
+        assert set(collection.registry.files()) == {"tower.md", "ferry.md", "guide/trams.md"}
 
 
 async def test_upload_into_a_new_collection(store: Store) -> None:

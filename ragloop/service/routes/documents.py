@@ -85,11 +85,15 @@ async def upload_documents(
     "/v1/collections/{name}/documents/{doc_id:path}",
     response_model=JobPublic,
     status_code=status.HTTP_202_ACCEPTED,
-    responses={404: {"description": "No such collection or document."}, 409: {"description": "Not deletable here."}},
+    responses={
+        404: {"description": "No such collection or document."},
+        409: {"description": "A record inside a file: delete the whole file."},
+    },
     summary="Delete a document (admin)",
 )
 async def delete_document(name: CollectionName, doc_id: str, svc: ServiceDep, _admin: AdminDep) -> JobPublic:
-    """Removes an uploaded document from the collection (a background re-ingest: follow the job)."""
+    """Removes a document from the collection's index in the background (follow the job). An uploaded
+    file is deleted too; a file ingested from a directory stays there (re-ingesting would add it back)."""
     try:
         check_collection_name(name)
         job = await asyncio.to_thread(svc.documents.submit_delete, name, doc_id)
