@@ -328,7 +328,8 @@ def test_shipped_weights_load_and_name_their_training_data() -> None:
         w = shipped_weights(name)
         assert w is not None and w.relevance is not None and w.support is not None
         assert "SQuAD" in w.training["dataset"] and w.training["articles"]
-        assert set(w.thresholds) >= {"relevance", "support"}
+        assert "relevance" in w.thresholds
+        assert any(k.startswith("support") for k in w.thresholds)  # the llm fit keeps one per support label set
 
 
 def test_make_scorer_names(minilm_scorer: EmbeddingScorer) -> None:
