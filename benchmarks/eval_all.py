@@ -126,7 +126,10 @@ def main() -> None:
             f"{machine()['cpus']} CPUs shared with other jobs, offline default pipeline (no chat model). "
             f"SQuAD: {squad_desc}; "
             f"MTRAG-UN: {'all tasks' if not args.mtrag_sample else f'{args.mtrag_sample} tasks (seed {args.seed})'}; "
-            "CACM: all 52 judged topics, retrieval only.\n\n"
+            "CACM: all 52 judged topics, retrieval only. "
+            "Latency is in-process with 2 worker processes on a machine shared with other jobs, and the "
+            "persistent embedding cache is warm for every sentence an earlier run embedded (configs run in the "
+            "order baseline, hybrid, hybrid_rerank, full): compare latencies across configs with care.\n\n"
             + (
                 "Runs this session: " + "; ".join(timings) + f". Session wall time {total / 60:.1f} min.\n\n"
                 if timings

@@ -1,6 +1,6 @@
 """Local LLM speed: load time, prompt and generation tokens/s, peak RSS, per installed model.
 
-    python benchmarks/local_models.py [--threads 2] [--reps 3]
+    python benchmarks/local_models.py [--threads 1,2] [--reps 3]
 
 Each model runs in its own subprocess (`--child NAME`), so the peak RSS is that model's alone.
 A model is measured when its packages are installed (SmolLM2-135M always; the Qwen models
@@ -12,8 +12,10 @@ local:qwen2.5-coder-1.5b` with RAGLOOP_HOME=benchmarks/.home). Per model:
   (distinct SQuAD paragraphs each repetition, so no prompt-cache reuse), 1 token generated;
 - generation tokens/s: `predicted_per_second` for up to 128 generated tokens;
 - peak RSS of the child process (ru_maxrss).
-Medians over `--reps` repetitions. The machine is shared (other jobs run), so read the
-numbers as what a busy 2-core box gives.
+Medians over `--reps` repetitions, for each thread count of `--threads`. The machine is shared
+(other jobs run), so read the numbers as what a busy 2-core box gives: there llama.cpp's
+generation collapses with 2 threads (each token waits for the slower thread) while 1 thread
+keeps going.
 """
 
 from __future__ import annotations
@@ -108,32 +110,36 @@ def installed_models(settings: Settings) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=int(os.environ.get("RAGLOOP_THREADS", "2")))
+    ap.add_argument("--threads", default=os.environ.get("RAGLOOP_THREADS", "1,2"), help="comma-separated, e.g. 1,2")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    thread_counts = [int(t) for t in str(args.threads).split(",") if t.strip()]
     if args.child:
-        print(json.dumps(child(args.child, args.threads, args.reps)), flush=True)
+        print(json.dumps(child(args.child, thread_counts[0], args.reps)), flush=True)
         return
-    settings = Settings(home=BENCH_HOME, threads=args.threads)
+    settings = Settings(home=BENCH_HOME)
     results = []
     for name in installed_models(settings):
-        print(f"measuring local:{name} ...", flush=True)
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", name, "--threads", str(args.threads), "--reps", str(args.reps)],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=1800,
-        )
-        if proc.returncode != 0:
-            print(proc.stderr[-3000:], file=sys.stderr)
-            results.append({"model": f"local:{name}", "error": proc.stderr.strip().splitlines()[-1:]})
-            continue
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(json.dumps(results[-1]), flush=True)
+        for threads in thread_counts:
+            print(f"measuring local:{name} with {threads} thread(s) ...", flush=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", name, "--threads", str(threads), "--reps", str(args.reps)],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=1800,
+            )
+            if proc.returncode != 0:
+                print(proc.stderr[-3000:], file=sys.stderr)
+                err = proc.stderr.strip().splitlines()[-1:]
+                results.append({"model": f"local:{name}", "threads": threads, "error": err})
+                continue
+            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(json.dumps(results[-1]), flush=True)
     headers = [
         "model",
+        "threads",
         "file MB",
         "verify s",
         "load s",
@@ -145,6 +151,7 @@ def main() -> None:
     rows = [
         [
             r["model"],
+            r.get("threads"),
             r.get("file_mb"),
             r.get("verify_s"),
             r.get("load_s"),
@@ -158,7 +165,7 @@ def main() -> None:
     command = " ".join(["python benchmarks/local_models.py", *sys.argv[1:]])
     md = [
         "# Local models (llama.cpp through xllamacpp)\n",
-        f"Command: `{command}`  \nThreads: {args.threads}; medians of {args.reps} runs; machine: {machine()}\n",
+        f"Command: `{command}`  \nMedians of {args.reps} runs; machine: {machine()}\n",
         print_table("Load, speed and memory", headers, rows, digits=1),
         "Prompt tok/s: llama.cpp `prompt_per_second` on a ~600-token 4-passage RAG prompt (new passages "
         "each run); gen tok/s: `predicted_per_second` for up to 128 tokens. verify s: the full sha256 "
@@ -166,7 +173,7 @@ def main() -> None:
     ]
     write_results(
         "local_models",
-        {"command": command, "threads": args.threads, "machine": machine(), "models": results},
+        {"command": command, "threads": thread_counts, "machine": machine(), "models": results},
         "\n".join(md),
     )
 

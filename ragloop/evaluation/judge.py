@@ -2,7 +2,8 @@
 
 A person labels answers correct / incorrect (CSV with a header, or JSONL); each row has
 `question`, `answer`, `reference` and `label` (correct/incorrect, yes/no, true/false, 1/0), and
-optionally `id`. The judge labels the same answers (`judge_correct` p >= 0.5) and we report its
+optionally `id`. The judge labels the same answers (`judge_correct` >= 0.5: at least half of the
+reference's claims are supported by the answer) and we report its
 accuracy against the human labels and Cohen's kappa, both with bootstrap 95% intervals.
 
 The result is stored per judge name in `RAGLOOP_HOME/eval/calibrations.json`; a report whose
@@ -136,7 +137,7 @@ def agreement(human: Sequence[bool], judge: Sequence[bool], judge_name: str, sou
 async def calibrate(labels: Sequence[Label], judge: Scorer, threshold: float = 0.5, source: str = "") -> Calibration:
     verdicts = []
     for lab in labels:
-        p = await judge_correct(judge, lab.answer, lab.reference or lab.question)
+        p = await judge_correct(judge, lab.answer, lab.reference or lab.question, lab.question)
         verdicts.append(p is not None and p >= threshold)
     return agreement([lab.correct for lab in labels], verdicts, judge.name, source)
 

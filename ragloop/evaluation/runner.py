@@ -323,11 +323,13 @@ class ItemRunner:
                 cs = await am.citation_scores(j, answer, cited)
                 out["citation_precision"], out["citation_recall"] = cs.precision, cs.recall
             out["context_sufficiency"] = await am.context_sufficiency(j, question, final)
-            out["judge_correct_p"] = (
+            corr = (
                 None
                 if refused or item.should_refuse or not item.reference or item.answers
-                else await am.judge_correct(j, answer, item.reference)
+                else await am.correctness(j, answer, item.reference, question)
             )
+            out["judge_correct_p"] = None if corr is None else corr.recall
+            out["answer_correctness"] = None if corr is None else corr.f1
             runs.append(out)
         judged: dict[str, float | None] = {}
         spread: dict[str, float] = {}

@@ -87,7 +87,13 @@ def test_answer_relevancy_offline_and_with_generated_questions() -> None:
 
 def test_judge_correct_and_context_sufficiency() -> None:
     judge = FunctionScorer(lambda a, b: 0.9 if "1887" in a and "1887" in b else 0.1)
-    assert run_sync(am.judge_correct(judge, "It opened in 1887 [1].", "In 1887.")) == pytest.approx(0.9)
+    # the reference's one claim ("When? In 1887.") is supported by the answer: recall 1
+    assert run_sync(am.judge_correct(judge, "It opened in 1887 [1].", "In 1887.", "When?")) == 1.0
     assert run_sync(am.judge_correct(judge, "x", "")) is None
+    ref = "The bridge opened in 1887. It was built by Marta Quill, an engineer."
+    c = run_sync(am.correctness(judge, "The bridge opened in 1887 [1]. Trams cross it every ten minutes [2].", ref))
+    assert c is not None
+    # reference claims: 2, supported by the answer: 1 -> recall 0.5; answer claims: 2, supported: 1 -> precision 0.5
+    assert (c.recall, c.precision, c.f1) == (0.5, 0.5, 0.5)
     assert run_sync(am.context_sufficiency(judge, "1887?", ["nothing", "in 1887"])) == 1.0
     assert run_sync(am.context_sufficiency(judge, "1887?", [])) is None

@@ -110,7 +110,7 @@ def test_judge_calibration_accuracy_and_kappa(tmp_path: Path) -> None:
     )
     labels = parse_labels(csv_text, "csv")
     assert len(labels) == 40 and labels[1].correct and not labels[0].correct
-    judge = FunctionScorer(lambda a, ref: 0.9 if "1887" in a else 0.1, name="test:judge")
+    judge = FunctionScorer(lambda claim, ctx: 0.9 if "1887" in claim and "1887" in ctx else 0.1, name="test:judge")
     cal = run_sync(calibrate(labels, judge))
     assert cal.n == 40 and cal.accuracy[0] == 1.0 and cal.kappa[0] == pytest.approx(1.0)
     assert judge_warning("test:judge", {}) is not None

@@ -287,11 +287,38 @@ async def context_sufficiency(judge: Scorer, question: str, contexts: Sequence[s
     return float(any(await chunk_relevance(judge, question, contexts)))
 
 
-async def judge_correct(judge: Scorer, answer: str, reference: str) -> float | None:
-    """The judge's P(the answer is correct): support of the answer (without citations) by the
-    reference answer. None without a reference or an answer."""
+@dataclass(frozen=True)
+class Correctness:
+    recall: float
+    """Reference claims supported by the answer / reference claims: does the answer say what the
+    reference says? The judged correctness: correct when >= 0.5."""
+    precision: float | None
+    """Answer claims supported by the reference / answer claims (None: no answer claim)."""
+
+    @property
+    def f1(self) -> float:
+        """RAGAS answer correctness (its factual part): F1 of the two."""
+        p, r = self.precision or 0.0, self.recall
+        return 0.0 if p + r == 0 else 2 * p * r / (p + r)
+
+
+async def correctness(judge: Scorer, answer: str, reference: str, question: str = "") -> Correctness | None:
+    """Claim-level agreement of an answer with the reference answer, through the judge. None
+    without a reference or an answer."""
     body = strip_citations(answer_body(answer))
-    if not reference.strip() or not body:
+    ref = reference_claims(reference, question)
+    if not ref or not body:
         return None
-    [j] = await judge.support([body], [reference])
-    return float(j.p)
+    recall_ps = await _supported(judge, ref, body)
+    ans = claims(answer)
+    precision_ps = await _supported(judge, ans, reference) if ans else []
+    return Correctness(
+        sum(p >= SUPPORT_THRESHOLD for p in recall_ps) / len(ref),
+        sum(p >= SUPPORT_THRESHOLD for p in precision_ps) / len(ans) if ans else None,
+    )
+
+
+async def judge_correct(judge: Scorer, answer: str, reference: str, question: str = "") -> float | None:
+    """The judged correctness score: the share of reference claims the answer supports."""
+    c = await correctness(judge, answer, reference, question)
+    return None if c is None else c.recall
