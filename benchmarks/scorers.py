@@ -47,13 +47,15 @@ sets together. Thresholds per label set are chosen on the fit articles and store
 weights files (`thresholds`).
 
 Metrics: ROC AUC; accuracy at the threshold maximising accuracy on the same label set of the
-fit articles; accuracy of the calibrated p at 0.5 (calibration check); pairs/s with an
-uncached embedder (the graph's content-hash cache would make repeats faster) on the first
-`--timing-pairs` pairs of each set. The LLM runs on a balanced random sample per set
-(`--llm-sample` report pairs, `--llm-fit-sample` fit pairs for its Platt map and
-threshold); its pairs/s is from model latency (responses are cached in the bench home, so a
-rerun is free and keeps the original latencies); the other scorers are also scored on
-the same sample for a like-for-like AUC.
+fit articles; accuracy of the calibrated p at 0.5 (calibration check); pairs/s on the first
+`--timing-pairs` pairs of each set with a fresh embedding cache holding only the passages /
+contexts (retrieved chunks were embedded at ingest), so queries, claims and strips embed cold.
+The LLM runs on a balanced random sample per set (`--llm-sample` report pairs,
+`--llm-fit-sample` fit pairs for its Platt map and threshold); its pairs/s is from model
+latency (responses are cached in the bench home, so a rerun is free and keeps the original
+latencies); the other scorers are also scored on the same sample for a like-for-like AUC.
+`--llm-limit SET=REPORT/FIT` truncates one set's LLM sample (the LLM took 10-20 s a pair on
+the overloaded shared machine).
 """
 
 from __future__ import annotations
@@ -758,7 +760,7 @@ async def run(args: argparse.Namespace) -> None:
         kinds_rows.append([key, k["number"], k["entity"], k["negation"]])
     md.append(
         print_table(
-            "support-perturbed: ROC AUC by perturbation (own sentence vs that kind)",
+            "support-perturbed: ROC AUC by perturbation (own clause vs that kind)",
             ["scorer", "number", "entity", "negation"],
             kinds_rows,
         )
@@ -770,8 +772,11 @@ async def run(args: argparse.Namespace) -> None:
         + "\n\nLabel sets and metrics: see the docstring of `benchmarks/scorers.py`. Accuracy uses the "
         "threshold that maximised accuracy on the same label set of the fit articles; acc@p>=0.5 checks "
         "the calibration (relevance models are fitted on the relevance set only, support models on the three "
-        "support sets together). pairs/s: embedding/combined with an uncached embedder; the llm from "
-        "model latency, 1 request per pair, on a shared 2-core machine.\n"
+        "support sets together). pairs/s: embedding/combined with the passages already in the "
+        "embedding cache (as chunks are after ingest) and queries, claims and strips embedded cold; "
+        "relevance 1 query x its passages per call, support 8 pairs per call. The llm from model latency, "
+        "1 request per pair, 2 llama.cpp threads on a shared, overloaded 2-core machine (load average "
+        "~10): `local_models.md` shows 1 thread is faster there.\n"
     )
     payload = {
         "command": args.command,
