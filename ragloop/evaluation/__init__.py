@@ -10,8 +10,8 @@
 - `runner`: one suite x one config, parallel, resumable, one JSON line (with the trace) per item.
 - `stats`: bootstrap intervals, paired bootstrap / permutation tests, Cohen's kappa.
 - `ablations`: the shipped configs (baseline, hybrid, hybrid_rerank, full, single toggles).
-- `report`: Markdown + PNG charts + failure cases; `gate`: the CI gate against
-  `thresholds.yaml`; `judge`: judge calibration against human labels.
+- `report`: Markdown + PNG charts + failure cases (built from `summary`, `charts`, `failures`);
+  `gate`: the CI gate against `thresholds.yaml`; `judge`: judge calibration against human labels.
 
 CLI: `ragloop eval run|report|gate|calibrate|golden`.
 """

@@ -1,0 +1,55 @@
+"""Typed repositories, one per entity. Every method is one transaction, or joins the caller's
+(`Database.transaction()`), and returns rows detached from their session: plain data to read.
+
+Rules the database enforces, and the methods here respect:
+- the audit log is insert-only (a later measurement is a new row that `refers_to` the change);
+- golden-set entries change by insert + deprecate (`revise_golden_entry`), never in place;
+- exactly one pipeline version is active; `activate` and `rollback` switch it atomically and audit it;
+- API keys are stored as prefix + sha256; the plain key exists only in `create_api_key`'s return value.
+
+One module per aggregate; this package re-exports every public name so callers import from
+`ragloop.store.repositories` (or `ragloop.store`) without knowing the layout.
+"""
+
+from ragloop.store.repositories._base import METRICS, NotFoundError, StoreConflictError
+from ragloop.store.repositories.api_keys import (
+    API_KEY_PREFIX,
+    ApiKeyRecord,
+    ApiKeys,
+    IssuedApiKey,
+    api_key_id,
+    hash_api_key,
+)
+from ragloop.store.repositories.audit import AuditLog
+from ragloop.store.repositories.evaluations import Evaluations
+from ragloop.store.repositories.experiments import Experiments, RegressionRuns
+from ragloop.store.repositories.feedback import Feedback, feedback_weight
+from ragloop.store.repositories.golden import GoldenSet
+from ragloop.store.repositories.model_calls import ModelCalls, ModelUsage
+from ragloop.store.repositories.pipelines import PipelineVersions
+from ragloop.store.repositories.queries import QueryLog, SessionSummary, question_hash
+
+__all__ = [
+    "API_KEY_PREFIX",
+    "METRICS",
+    "ApiKeyRecord",
+    "ApiKeys",
+    "AuditLog",
+    "Evaluations",
+    "Experiments",
+    "Feedback",
+    "GoldenSet",
+    "IssuedApiKey",
+    "ModelCalls",
+    "ModelUsage",
+    "NotFoundError",
+    "PipelineVersions",
+    "QueryLog",
+    "RegressionRuns",
+    "SessionSummary",
+    "StoreConflictError",
+    "api_key_id",
+    "feedback_weight",
+    "hash_api_key",
+    "question_hash",
+]

@@ -1,0 +1,135 @@
+"""Pipeline versions: register, activate, roll back. Its own module because exactly one version may be
+active, and switching it must be serialised and audited atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+
+from ragloop.config.pipeline import PipelineConfig
+from ragloop.store.db import Database
+from ragloop.store.models import PipelineVersion, utcnow
+from ragloop.store.repositories._base import StoreConflictError, _require, _serialize
+from ragloop.store.repositories.audit import AuditLog
+
+
+class PipelineVersions:
+    """Stored pipeline configurations; exactly one is active. `activate` and `rollback` are audited."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.audit = AuditLog(db)
+
+    def register(
+        self, version_id: str, config: Mapping[str, Any], *, description: str | None = None
+    ) -> PipelineVersion:
+        """Store a configuration as a candidate; registering the same version again returns the stored
+        row. The id is a hash of the config, so the same id with a different config is an error."""
+        with self.db.transaction() as s:
+            row = s.get(PipelineVersion, version_id)
+            if row is not None:
+                if row.config != dict(config):
+                    raise StoreConflictError(f"pipeline version {version_id} is stored with a different config")
+                return row
+            row = PipelineVersion(version_id=version_id, config=dict(config), description=description)
+            s.add(row)
+            s.flush()
+            return row
+
+    def register_config(self, config: PipelineConfig, *, description: str | None = None) -> PipelineVersion:
+        data = config.model_dump(mode="json", by_alias=True)
+        return self.register(config.version_id, data, description=description or config.name)
+
+    def get(self, version_id: str) -> PipelineVersion | None:
+        with self.db.transaction(write=False) as s:
+            return s.get(PipelineVersion, version_id)
+
+    def current(self) -> PipelineVersion | None:
+        """The active version (None before the first activation)."""
+        with self.db.transaction(write=False) as s:
+            return s.scalar(select(PipelineVersion).where(PipelineVersion.status == "active"))
+
+    def list_versions(self, *, status: str | None = None) -> list[PipelineVersion]:
+        stmt = select(PipelineVersion)
+        if status is not None:
+            stmt = stmt.where(PipelineVersion.status == status)
+        with self.db.transaction(write=False) as s:
+            return list(s.scalars(stmt.order_by(PipelineVersion.created_at, PipelineVersion.version_id)))
+
+    def activate(
+        self,
+        version_id: str,
+        *,
+        actor: str = "system",
+        reason: str = "manual",
+        evidence: Mapping[str, Any] | None = None,
+        quality: Mapping[str, float] | None = None,
+    ) -> PipelineVersion:
+        """Make `version_id` the one active version (the previous one is retired and remembered for
+        `rollback`), and audit it. Activating the active version changes nothing."""
+        with self.db.transaction() as s:
+            _serialize(s, "pipeline_versions")
+            target = _require(s, PipelineVersion, version_id)
+            current = s.scalar(select(PipelineVersion).where(PipelineVersion.status == "active"))
+            if current is not None and current.version_id == version_id:
+                return target
+            now = utcnow()
+            if current is not None:
+                current.status, current.retired_at = "retired", now
+                s.flush()  # the one-active index must never see two
+            target.status, target.activated_at, target.retired_at = "active", now, None
+            target.previous_version_id = current.version_id if current is not None else None
+            target.promoted_by = actor
+            target.quality_at_promotion = dict(quality or {})
+            s.flush()
+            self.audit.record(
+                "pipeline_activate",
+                triggered_by=reason,
+                actor=actor,
+                evidence=dict(evidence or {}),
+                pipeline_version_before=current.version_id if current is not None else None,
+                pipeline_version_after=version_id,
+                expected_delta=None,
+            )
+            return target
+
+    def rollback(
+        self,
+        *,
+        target_version: str | None = None,
+        actor: str = "system",
+        reason: str = "manual",
+        evidence: Mapping[str, Any] | None = None,
+    ) -> PipelineVersion:
+        """Reactivate the version that was active before the current one (or `target_version`), retire
+        the current one, audit it, and return the now-active version. Rolling back again steps further
+        back (each version remembers what it replaced). Raises StoreConflictError when there is nothing
+        to roll back to."""
+        with self.db.transaction() as s:
+            _serialize(s, "pipeline_versions")
+            current = s.scalar(select(PipelineVersion).where(PipelineVersion.status == "active"))
+            if current is None:
+                raise StoreConflictError("no active pipeline version to roll back from")
+            goal = target_version or current.previous_version_id
+            if goal is None:
+                raise StoreConflictError(f"pipeline version {current.version_id} has no previous version")
+            if goal == current.version_id:
+                raise StoreConflictError(f"pipeline version {goal} is already active")
+            target = _require(s, PipelineVersion, goal)
+            now = utcnow()
+            current.status, current.retired_at = "retired", now
+            s.flush()
+            target.status, target.activated_at, target.retired_at = "active", now, None
+            target.promoted_by = actor
+            s.flush()
+            self.audit.record(
+                "pipeline_rollback",
+                triggered_by=reason,
+                actor=actor,
+                evidence=dict(evidence or {}),
+                pipeline_version_before=current.version_id,
+                pipeline_version_after=target.version_id,
+            )
+            return target
