@@ -143,6 +143,8 @@ def part_real(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         lat["hybrid + rerank (sentences not cached)"] = latency(r_rr, queries, "hybrid")
         lat["hybrid + rerank (sentences cached)"] = latency(r_rr, queries, "hybrid")
         rss_end = peak_rss_mb()
+        qvecs = np.stack([r_plain.embedder.embed_one(q) for q in queries]).astype(np.float32)
+        ann = ann_on(np.asarray(coll.load().vectors, dtype=np.float32), qvecs, ["exact", "usearch", "faiss"])
 
         ingest_rows: list[list[object]] = [
             ["files", len(files)],
@@ -171,6 +173,17 @@ def part_real(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
                 1,
             )
         )
+        md.append(
+            print_table(
+                f"Python 3.11 docs: the same {len(qvecs)} queries on the real chunk vectors, top-100 (ms)",
+                ["backend", "build (s)", "p50", "p95", "recall@10 vs exact"],
+                [
+                    [b, v["build_seconds"], v["latency_ms"]["p50"], v["latency_ms"]["p95"], v["recall_at_10_vs_exact"]]
+                    for b, v in ann.items()
+                ],
+                3,
+            )
+        )
         p95 = lat["hybrid"]["p95"]
         verdict = "meets" if p95 < 50 else "MISSES"
         line = f"hybrid p95 {p95:.1f} ms without rerank: {verdict} the < 50 ms target"
@@ -195,6 +208,7 @@ def part_real(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             "peak_rss_mb_after_ingest": rss_ingest,
             "peak_rss_mb_after_queries": rss_end,
             "query_latency_ms": lat,
+            "ann_on_real_vectors": ann,
             "n_queries": len(queries),
             "query_examples": queries[:3] + queries[-3:],
         }
@@ -206,6 +220,37 @@ def part_real(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def ann_on(data: np.ndarray, queries: np.ndarray, backends: list[str]) -> dict[str, dict[str, Any]]:
+    """Build each backend over `data`; single-query top-100 latency and recall@10 against exact
+    search (the first backend must be "exact")."""
+    out: dict[str, dict[str, Any]] = {}
+    truth: np.ndarray | None = None
+    for backend in backends:
+        index = make_vector_index(backend, data.shape[1])  # type: ignore[arg-type]
+        with timed() as t_build:
+            index.add(data)
+        for q in queries[:5]:
+            index.search(q, 100)
+        times, found = [], []
+        for q in queries:
+            t0 = time.perf_counter()
+            ids, _ = index.search(q, 100)
+            times.append(time.perf_counter() - t0)
+            found.append(ids[:10])
+        top10 = np.stack(found)
+        if backend == "exact":
+            truth = top10
+        assert truth is not None, "the first backend must be exact"
+        recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top10, truth, strict=True)]))
+        out[backend] = {
+            "build_seconds": round(t_build.seconds, 3),
+            "latency_ms": percentiles_ms(times),
+            "recall_at_10_vs_exact": round(recall, 4),
+        }
+        del index
+    return out
+
+
 def part_scale(sizes: list[int], backends: list[str], dim: int = 384) -> tuple[dict[str, Any], str]:
     rng = np.random.default_rng(0)
     queries = rng.standard_normal((100, dim)).astype(np.float32)
@@ -215,37 +260,11 @@ def part_scale(sizes: list[int], backends: list[str], dim: int = 384) -> tuple[d
     for n in sizes:
         data = rng.standard_normal((n, dim)).astype(np.float32)
         data /= np.linalg.norm(data, axis=1, keepdims=True)
-        truth: np.ndarray | None = None
-        for backend in backends:
-            index = make_vector_index(backend, dim)  # type: ignore[arg-type]
-            with timed() as t_build:
-                index.add(data)
-            for q in queries[:5]:
-                index.search(q, 100)
-            times = []
-            found = []
-            for q in queries:
-                t0 = time.perf_counter()
-                ids, _ = index.search(q, 100)
-                times.append(time.perf_counter() - t0)
-                found.append(ids[:10])
-            top10 = np.stack(found)
-            if backend == "exact":
-                truth = top10
-            recall = (
-                float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top10, truth, strict=True)]))
-                if truth is not None
-                else float("nan")
-            )
-            p = percentiles_ms(times)
-            rows.append([n, backend, round(t_build.seconds, 2), p["p50"], p["p95"], round(recall, 3)])
-            out.setdefault(str(n), {})[backend] = {
-                "build_seconds": round(t_build.seconds, 3),
-                "latency_ms": p,
-                "recall_at_10_vs_exact": round(recall, 4),
-            }
-            print(f"  {n} x {backend}: build {t_build.seconds:.1f} s, p50 {p['p50']} ms", flush=True)
-            del index
+        for backend, v in ann_on(data, queries, backends).items():
+            out.setdefault(str(n), {})[backend] = v
+            p = v["latency_ms"]
+            rows.append([n, backend, v["build_seconds"], p["p50"], p["p95"], v["recall_at_10_vs_exact"]])
+            print(f"  {n} x {backend}: build {v['build_seconds']:.1f} s, p50 {p['p50']} ms", flush=True)
     md = print_table(
         f"Synthetic scale: random unit vectors ({dim}-d), top-100 single-query search (ms)",
         ["vectors", "backend", "build (s)", "p50", "p95", "recall@10 vs exact"],
@@ -254,7 +273,7 @@ def part_scale(sizes: list[int], backends: list[str], dim: int = 384) -> tuple[d
     )
     note = (
         "Random vectors have no cluster structure: the hardest case for HNSW recall and a "
-        "pessimistic one for its speed; real embeddings do better on both.\n"
+        "pessimistic one for its speed; the table on the real chunk vectors above shows the realistic case.\n"
     )
     return out, md + "\n" + note
 

@@ -56,7 +56,7 @@ def child(name: str, threads: int, reps: int) -> dict[str, Any]:
     from ragloop.models.chat.gguf import ensure_model
     from ragloop.models.chat.local import load_local
 
-    settings = Settings(home=BENCH_HOME, threads=threads)
+    settings = Settings(home=BENCH_HOME, threads=threads, llm_threads=threads)
     spec = get_spec(name)
     t0 = time.perf_counter()
     path = ensure_model(spec, settings)

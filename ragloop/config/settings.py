@@ -25,12 +25,24 @@ def _default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
+def _default_llm_threads() -> int:
+    """llama.cpp's threads spin while they wait for each other: with every core taken, one busy
+    core (the embedder, a worker, another request) slows generation ~10x (measured on 2 cores:
+    Qwen 1.5B 9.8 tok/s with 1 thread, 0.9 with 2, benchmarks/results/local_models.md). Leave a
+    core free for the rest of the process."""
+    raw = os.environ.get("RAGLOOP_LLM_THREADS")
+    if raw:
+        return max(1, int(raw))
+    return max(1, min((os.cpu_count() or 1) - 1, 8))
+
+
 @dataclass(frozen=True)
 class Settings:
     """`RAGLOOP_HOME` holds all state: registries, indexes, caches and databases."""
 
     home: Path = field(default_factory=_default_home)
     threads: int = field(default_factory=_default_threads)
+    llm_threads: int = field(default_factory=_default_llm_threads)
     max_file_bytes: int = field(default_factory=lambda: int(os.environ.get("RAGLOOP_MAX_FILE_BYTES", 50 * 1024 * 1024)))
 
     @classmethod
