@@ -49,11 +49,13 @@ def keyword_query(question: str) -> str:
 
 
 def prf_terms(question: str, texts: list[str], n: int = 4) -> list[str]:
-    """Terms frequent in the best chunks and absent from the question."""
+    """Terms frequent in the best chunks and absent from the question. Ties go to the term seen
+    first (chunks in rank order, words in text order): never to set order, which changes with
+    PYTHONHASHSEED and would make runs irreproducible across processes."""
     have = content_terms(question)
     counts: Counter[str] = Counter()
     for t in texts:
-        for w in set(_PLAIN.tokenize(t)):
+        for w in dict.fromkeys(_PLAIN.tokenize(t)):
             if len(w) > 3 and not w.isdigit() and not (content_terms(w) & have):
                 counts[w] += 1
     return [w for w, c in counts.most_common(n) if c > 1 or len(texts) == 1]
