@@ -11,7 +11,15 @@ model, offline scorers; judge `lexical`) on
   full run of the four configs over all questions takes several hours on 2 shared cores,
 - MTRAG-UN dev: all 397 tasks, every earlier user turn fed through the conversation path,
 
-then (with `--toggles`) the single-node ablations on the SQuAD sample. Runs are resumable
+then (with `--toggles`) the single-node ablations on the SQuAD sample. With `--llm MODEL` it
+runs instead `full` with that chat model and `full` offline on the SAME fixed samples
+(`--llm-squad`, default 100, and `--llm-mtrag`, default 60, seed 0), so the two are compared
+paired, item by item; that report goes to `benchmarks/results/eval/llm/`:
+
+    nohup .venv/bin/python benchmarks/eval_all.py --llm local:qwen2.5-coder-1.5b \
+        > benchmarks/results/eval/llm/run.log 2>&1 &
+
+Runs are resumable
 (`benchmarks/.home/eval/runs/<suite>/<config>/items.jsonl`): rerunning the command continues
 where it stopped. The report is rewritten after every finished run:
 `benchmarks/results/eval/report.md` + `report.json` + PNG charts.
@@ -37,6 +45,8 @@ from ragloop.evaluation.suites import load_suite, sample_items
 
 OUT = RESULTS_DIR / "eval"
 RUNS = BENCH_HOME / "eval" / "runs"
+LLM_OUT = OUT / "llm"
+LLM_RUNS = BENCH_HOME / "eval" / "runs-llm"
 
 
 def reference_section(rep: Report, squad_noans_share: float | None) -> str:
@@ -99,7 +109,13 @@ def main() -> None:
     ap.add_argument("--suites", default="cacm,squad,mtrag")
     ap.add_argument("--toggles", action="store_true", help="also the single-node ablations on the SQuAD sample")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--llm", default="", help="run `full` with this chat model (and offline) on fixed samples")
+    ap.add_argument("--llm-squad", type=int, default=100)
+    ap.add_argument("--llm-mtrag", type=int, default=60)
     args = ap.parse_args()
+    if args.llm:
+        llm_main(args)
+        return
 
     settings = Settings.from_env()
     configs = [c for c in args.configs.split(",") if c]
@@ -170,6 +186,62 @@ def main() -> None:
             report()
     report()
     print(f"total {(time.perf_counter() - started) / 60:.1f} min; repo {REPO}", flush=True)
+
+
+def llm_main(args: argparse.Namespace) -> None:
+    """`full` offline and `full` with the chat model on the same fixed samples (paired)."""
+    settings = Settings.from_env()
+    _, full = load_config("full")
+    tag = args.llm.split(":", 1)[-1]
+    configs = [("full", full), (f"full+{tag}", full.with_overrides(agent={"chat_model": args.llm}))]
+    started = time.perf_counter()
+    timings: list[str] = []
+    samples = {"squad": args.llm_squad, "mtrag": args.llm_mtrag}
+
+    def report() -> None:
+        rep = build_report(LLM_RUNS, calibrations=load_calibrations(calibrations_path(settings)))
+        extra = (
+            "## How these numbers were produced\n\n"
+            f"Command: `.venv/bin/python benchmarks/eval_all.py --llm {args.llm}` "
+            f"(RAGLOOP_HOME=benchmarks/.home), {machine()['cpus']} CPUs, {args.workers} worker processes "
+            f"(each loads its own copy of the model; llama.cpp threads per process: "
+            f"{settings.llm_threads}). Fixed samples (seed {args.seed}): SQuAD 2.0 dev {args.llm_squad} "
+            f"questions (stratified answerable/unanswerable), MTRAG-UN dev {args.llm_mtrag} tasks. Both "
+            "configs run on the same items, so their differences are tested paired. Judge: the offline "
+            "`lexical` judge for both (an LLM judge would be the same model grading itself).\n\n"
+            + ("Runs: " + "; ".join(timings) + ".\n" if timings else "")
+        )
+        written = write_report(rep, LLM_OUT, f"Evaluation results: `full` offline vs `full` with {args.llm}", extra)
+        print(f"report: {written['report']}", flush=True)
+
+    if not args.report_only:
+        for suite_name, n in samples.items():
+            suite = load_suite(suite_name)
+            items = sample_items(suite.items, sample=n or None, seed=args.seed)
+            for name, cfg in configs:
+                t0 = time.perf_counter()
+                print(f"== {suite_name} × {name}: {len(items)} items", flush=True)
+
+                def progress(rec: dict[str, object], done: int, total: int, t0: float = t0) -> None:
+                    el = time.perf_counter() - t0
+                    print(f"   {done}/{total} ({el:.0f} s, {el / done:.1f} s/item)", flush=True)
+
+                res = run_suite(
+                    suite,
+                    name,
+                    cfg,
+                    LLM_RUNS / suite.name / name,
+                    settings=settings,
+                    items=items,
+                    workers=args.workers,
+                    seed=args.seed,
+                    on_item=progress,
+                )
+                timings.append(f"{suite_name}/{name} {res.ran} items in {(time.perf_counter() - t0) / 60:.1f} min")
+                print(f"   done: {res.to_json()}", flush=True)
+                report()
+    report()
+    print(f"total {(time.perf_counter() - started) / 60:.1f} min", flush=True)
 
 
 if __name__ == "__main__":

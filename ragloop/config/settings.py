@@ -25,6 +25,11 @@ def _default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    return default if raw is None else raw.strip().lower() not in ("0", "false", "no", "off", "")
+
+
 def _default_llm_threads() -> int:
     """llama.cpp's threads spin while they wait for each other: with every core taken, one busy
     core (the embedder, a worker, another request) slows generation ~10x (measured on 2 cores:
@@ -43,6 +48,14 @@ class Settings:
     home: Path = field(default_factory=_default_home)
     threads: int = field(default_factory=_default_threads)
     llm_threads: int = field(default_factory=_default_llm_threads)
+    # embed each new chunk's sentences and strips at ingest (the texts the offline scorers and
+    # the reranker read), so a question never waits for document text to be embedded: about
+    # doubles the embedding work of an ingest; answers are the same either way
+    precompute_passage_vectors: bool = field(
+        default_factory=lambda: (
+            os.environ.get("RAGLOOP_PRECOMPUTE_PASSAGE_VECTORS", "1").lower() not in ("0", "false", "no")
+        )
+    )
     max_file_bytes: int = field(default_factory=lambda: int(os.environ.get("RAGLOOP_MAX_FILE_BYTES", 50 * 1024 * 1024)))
 
     @classmethod

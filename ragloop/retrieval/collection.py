@@ -24,6 +24,8 @@ from ragloop.ingest.registry import FileRecord, Registry
 from ragloop.ingest.scan import IngestPlan, plan_ingest
 from ragloop.ingest.types import Chunk
 from ragloop.models import make_embedder
+from ragloop.models.embedding import Embedder
+from ragloop.models.scoring import passage_embed_texts
 from ragloop.retrieval.store import (
     IndexGeneration,
     gen_dir,
@@ -257,7 +259,20 @@ class Collection:
         kept_vectors = old_vectors[keep] if keep else np.zeros((0, dim), dtype=np.float32)
         vectors = np.concatenate([kept_vectors, new_vectors]).astype(np.float32)
         hits, misses = getattr(embedder, "hits", 0), getattr(embedder, "misses", 0)
+        if self.settings.precompute_passage_vectors:
+            self._embed_passage_texts(embedder, new_chunks, progress)
         return chunks, vectors, misses, hits
+
+    @staticmethod
+    def _embed_passage_texts(embedder: Embedder, chunks: Sequence[Chunk], progress: Progress | None) -> None:
+        """Fill the embedding cache with what the scorers will embed for these chunks (their
+        sentences, strips and whole text), so grading, refining and reranking find it there."""
+        texts = list(dict.fromkeys(t for ch in chunks for t in passage_embed_texts(ch.text)))
+        step = 256
+        for i in range(0, len(texts), step):
+            embedder.embed(texts[i : i + step])
+            if progress:
+                progress("sentences", min(i + step, len(texts)), len(texts))
 
     def delete_documents(self, rels: Sequence[str]) -> IngestSummary:
         """Remove source files (paths as registered, e.g. `guide/docker.md`) from the index, as

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 import pytest
 
 from ragloop.config import PipelineConfig, Settings
+from ragloop.models import make_embedder
+from ragloop.models.scoring import EmbeddingScorer, passage_embed_texts
 from ragloop.retrieval.collection import Collection, CollectionError
 from ragloop.retrieval.retriever import Retriever
 
@@ -170,3 +173,20 @@ def test_an_empty_tree_gives_an_empty_searchable_collection(tmp_path: Path) -> N
     s = coll.ingest([tmp_path / "empty"], HASHED)
     assert (s.generation, s.chunks_total) == (1, 0)
     assert _ids(coll, "anything") == []
+
+
+@pytest.mark.parametrize("precompute", [True, False])
+def test_ingest_embeds_what_the_scorers_will_read(tmp_path: Path, precompute: bool) -> None:
+    """With passage vectors precomputed, scoring a retrieved chunk embeds only the question."""
+    _docs(tmp_path / "docs")
+    settings = Settings(precompute_passage_vectors=precompute)
+    coll = Collection("kb", settings)
+    coll.ingest([tmp_path / "docs"], HASHED)
+    chunks = coll.load().chunks
+
+    embedder = make_embedder("test:hashed", settings)
+    scorer = EmbeddingScorer(embedder)
+    asyncio.run(scorer.relevance("how do I walk a directory tree?", [ch.text for ch in chunks]))
+    passage_texts = {t for ch in chunks for t in passage_embed_texts(ch.text)}
+    assert len(passage_texts) > len(chunks)  # sentences too
+    assert embedder.misses == (1 if precompute else 1 + len(passage_texts))

@@ -53,11 +53,11 @@ from ragloop.models.scoring.combined import (
     fit_weights,
     fit_weights_from_rows,
 )
-from ragloop.models.scoring.embedding import EmbeddingScorer
+from ragloop.models.scoring.embedding import EmbeddingScorer, passage_strips
 from ragloop.models.scoring.lexical import LexicalScorer
 from ragloop.models.scoring.llm import LLMScorer, Verdict, llm_scorer_stats, reset_llm_scorer_stats
 from ragloop.models.scoring.reader import SHIPPED as READER_SHIPPED
-from ragloop.models.scoring.reader import ReaderScorer
+from ragloop.models.scoring.reader import ReaderScorer, chunk_strips
 
 SCORERS = (
     "embedding:minilm",
@@ -151,6 +151,14 @@ def _weights(ref: str, settings: Settings, kind: str) -> ScorerWeights:
     return found
 
 
+def passage_embed_texts(text: str) -> list[str]:
+    """Every text the offline scorers embed for one passage: its sentences and the whole passage
+    (embedding and combined scorers, the sentence reranker) and its strips (reader). Embedding
+    them when the passage is ingested keeps document text off the query path's embedder."""
+    whole = text.strip()
+    return list(dict.fromkeys([*passage_strips(text), *chunk_strips(text), *([whole] if whole else [])]))
+
+
 def make_scorer(name: str, settings: Settings | None = None, chat_model: ChatModel | None = None) -> Scorer:
     """A scorer by `"provider:name"` (see the module docstring). `chat_model` is the model an
     `llm:` scorer (or a combined scorer with an `llm` component) uses instead of building one
@@ -224,6 +232,7 @@ __all__ = [
     "fit_weights_from_rows",
     "llm_scorer_stats",
     "make_scorer",
+    "passage_embed_texts",
     "platt",
     "reset_llm_scorer_stats",
     "roc_auc",

@@ -29,7 +29,7 @@ FEATURES = ("max_cos", "top2_mean", "passage_cos")
 UNCALIBRATED = platt("max_cos", 10.0, -5.0)
 
 
-def _strips(text: str) -> list[str]:
+def passage_strips(text: str) -> list[str]:
     strips = split_sentences(text)
     return strips or ([text.strip()] if text.strip() else [])
 
@@ -79,7 +79,7 @@ class EmbeddingScorer(Scorer):
     async def relevance(self, query: str, passages: Sequence[str]) -> list[Judgement]:
         if not passages:
             return []
-        strips = [_strips(p) for p in passages]
+        strips = [passage_strips(p) for p in passages]
         wholes = self._wholes(passages)
         vec = await self._embed([query, *(s for ss in strips for s in ss), *(w for w in wholes if w)])
         target = vec[query]
@@ -92,7 +92,7 @@ class EmbeddingScorer(Scorer):
             raise ValueError(f"support() is pairwise: {len(claims)} claims vs {len(contexts)} contexts")
         if not claims:
             return []
-        strips = [_strips(c) for c in contexts]
+        strips = [passage_strips(c) for c in contexts]
         wholes = self._wholes(contexts)
         vec = await self._embed([*claims, *(s for ss in strips for s in ss), *(w for w in wholes if w)])
         rows = [self._features(vec[c], ss, w, vec) for c, ss, w in zip(claims, strips, wholes, strict=True)]
