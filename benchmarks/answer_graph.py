@@ -55,9 +55,11 @@ runs for every (tau_L, tau_U) of the grid with tau_L < tau_U, plus the current d
 Per config: refusal precision (refused items that are unanswerable / refused), refusal recall
 (unanswerable refused / unanswerable), false-refusal rate (answerable refused / answerable),
 end-to-end accuracy (answerable: answered and the answer contains a gold span or has token F1
->= 0.5; unanswerable: refused). Rule: the pair with the highest end-to-end accuracy on the dev
-part wins (ties: higher refusal F1, then fewer steps); it is checked on the test part next to
-the default, with bootstrap intervals and a paired test. The default grid is tau_L 0.1-0.8 x
+>= 0.5; unanswerable: refused). Rule: the pair with the highest refusal recall on the dev part
+among those with a dev false-refusal rate <= --max-false-refusal (default 5%; ties: end-to-end
+accuracy, then fewer steps); the pair maximising dev end-to-end accuracy is reported too. The
+chosen pair is checked on the test part next to the default, with bootstrap intervals and a
+paired test. The default grid is tau_L 0.1-0.8 x
 tau_U {0.7, 0.9}. In a tiny trial (20 items per part) the graph refused nothing with tau_L 0.2
 or 0.4 and almost every item's max grade was above 0.4 (unanswerable SQuAD questions retrieve
 their own paragraph, which grades high), so the gate's useful range lies above the 0.1-0.5
@@ -947,11 +949,17 @@ def part_tau(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     names = [tau_name(lo, up) for lo, up in grid]
     dname = tau_name(*default)
 
-    def key(name: str) -> tuple[float, float, float]:
+    def key(name: str) -> tuple[bool, float, float, float]:
+        m = metrics[name]["dev"]
+        within = m["false_refusal_rate"] <= args.max_false_refusal
+        return (within, round(m["refusal_recall"], 4), round(m["e2e_accuracy"], 4), -m["steps_mean"])
+
+    def key_e2e(name: str) -> tuple[float, float, float]:
         m = metrics[name]["dev"]
         return (round(m["e2e_accuracy"], 4), round(m["refusal_f1"], 4), -m["steps_mean"])
 
     chosen = max(names, key=key)
+    by_e2e = max(names, key=key_e2e)
     md: list[str] = [
         "## tau_U / tau_L ablation on SQuAD 2.0 dev (offline default graph)",
         "",
@@ -1023,9 +1031,14 @@ def part_tau(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         md += [tau_u_line, ""]
 
     cl, cu = grid[names.index(chosen)]
+    el, eu = grid[names.index(by_e2e)]
     rule = (
-        "Rule: highest end-to-end accuracy on the dev part (ties: higher refusal F1, then fewer steps). "
-        f"Chosen: tau_L {cl:.2f}, tau_U {cu:.2f}; default: tau_L {default[0]:.2f}, tau_U {default[1]:.2f}."
+        f"Rule: highest refusal recall on the dev part with a dev false-refusal rate <= "
+        f"{100 * args.max_false_refusal:.0f}% (a wrongly refused answerable question costs a user more than a "
+        "wrongly answered unanswerable one, which still carries citations to check); ties: higher end-to-end "
+        f"accuracy, then fewer steps. Chosen: tau_L {cl:.2f}, tau_U {cu:.2f}; default: tau_L {default[0]:.2f}, "
+        f"tau_U {default[1]:.2f}. Maximising dev end-to-end accuracy on this balanced sample instead would pick "
+        f"tau_L {el:.2f}, tau_U {eu:.2f} (see its false-refusal rate above)."
     )
     print(rule, flush=True)
     md += [rule, ""]
@@ -1112,7 +1125,8 @@ def part_tau(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "items": {p: [i.id for i in its] for p, its in parts.items()},
         "grid": [{"tau_lower": lo, "tau_upper": up, "name": n} for (lo, up), n in zip(grid, names, strict=True)],
         "default": {"tau_lower": default[0], "tau_upper": default[1]},
-        "rule": "max dev e2e accuracy; ties: higher refusal F1, then fewer steps",
+        "rule": f"max dev refusal recall with dev false refusal <= {args.max_false_refusal}; ties: e2e accuracy, steps",
+        "chosen_by_max_e2e_accuracy": by_e2e,
         "chosen": {"tau_lower": cl, "tau_upper": cu},
         "metrics": {
             n: {p: {k: (_num(v) if isinstance(v, float) else v) for k, v in m.items()} for p, m in pm.items()}
@@ -1258,6 +1272,9 @@ def main() -> None:
     parser.add_argument("--tau-n", type=int, default=600, help="tau: items per part (half answerable)")
     parser.add_argument("--tau-lower", default="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8", help="tau: tau_L values")
     parser.add_argument("--tau-upper", default="0.7,0.9", help="tau: tau_U values (pairs need tau_L < tau_U)")
+    parser.add_argument(
+        "--max-false-refusal", type=float, default=0.05, help="tau: selection bound on the dev false-refusal rate"
+    )
     parser.add_argument("--tau-home", help="tau: RAGLOOP_HOME for the SQuAD collection and runs (default .home)")
     parser.add_argument("--workers", type=int, default=2, help="tau: runner worker processes")
     parser.add_argument("--seed", type=int, default=0)
