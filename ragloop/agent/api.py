@@ -3,6 +3,7 @@ async `Agent.astream` that yields node events (for the service)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ from typing import Any
 from langgraph.errors import GraphRecursionError
 
 from ragloop.agent.graph import build_graph
-from ragloop.agent.memory import ConversationLog, open_checkpointer
+from ragloop.agent.memory import ConversationLog, ConversationMemory
 from ragloop.agent.nodes.validate import CITE
 from ragloop.agent.runtime import Runtime
 from ragloop.agent.state import turn_input
@@ -82,7 +83,13 @@ def _answer_from(state: dict[str, Any], question: str, thread_id: str | None, ve
 
 
 class Agent:
-    """One collection + one pipeline version. Safe to reuse across questions and threads."""
+    """One collection + one pipeline version. Safe to reuse across questions and threads.
+
+    Conversation memory (checkpoints and the full message log) is SQLite under RAGLOOP_HOME unless
+    `checkpointer_url` / `log_url` name other databases (PostgreSQL included), or `memory` is one
+    shared with other agents (the service's, which follows its database). The agent never opens
+    or closes a shared `memory`; its owner does.
+    """
 
     def __init__(
         self,
@@ -90,22 +97,32 @@ class Agent:
         config: PipelineConfig | None = None,
         runtime: Runtime | None = None,
         checkpointer_url: str | None = None,
+        log_url: str | None = None,
+        memory: ConversationMemory | None = None,
     ) -> None:
+        if memory is not None and (checkpointer_url or log_url):
+            raise ValueError("pass either `memory` or the memory URLs, not both")
         self.collection = collection
         # a given runtime brings its config: budgets, recursion limit and version must be the graph's
         self.config = config or (runtime.config if runtime is not None else PipelineConfig())
         self.runtime = runtime or Runtime.build(collection, self.config)
         settings: Settings = collection.settings
         settings.home.mkdir(parents=True, exist_ok=True)
-        self.checkpointer_url = checkpointer_url or f"sqlite:///{settings.home / 'checkpoints.sqlite'}"
+        self.memory = memory or ConversationMemory(
+            checkpointer_url or f"sqlite:///{settings.home / 'checkpoints.sqlite'}",
+            log_url or f"sqlite:///{settings.home / 'conversations.sqlite'}",
+        )
         self._graph = build_graph(self.runtime)
         self._log: ConversationLog | None = None
+        """Overrides the memory's log when set (callers that keep an evaluation run's log apart)."""
+
+    @property
+    def checkpointer_url(self) -> str:
+        return self.memory.checkpointer_url
 
     @property
     def log(self) -> ConversationLog:
-        if self._log is None:
-            self._log = ConversationLog(f"sqlite:///{self.collection.settings.home / 'conversations.sqlite'}")
-        return self._log
+        return self._log if self._log is not None else self.memory.log
 
     def _limits(self, thread_id: str | None) -> dict[str, Any]:
         cfg: dict[str, Any] = {"recursion_limit": self.runtime.config.agent.budgets.max_steps + 10}
@@ -123,7 +140,7 @@ class Agent:
         state: dict[str, Any] = {}
         inputs = turn_input(question, session_id=thread_id or "")
         if thread_id:
-            async with open_checkpointer(self.checkpointer_url) as saver:
+            async with self.memory.checkpointer() as saver:
                 graph = self._graph.compile(checkpointer=saver)
                 async for ev in self._run(graph, inputs, thread_id, state):
                     yield ev
@@ -133,18 +150,21 @@ class Agent:
                 yield ev
         ans = _answer_from(state, question, thread_id, self.config.version_id, t0)
         if thread_id:
-            self.log.append(thread_id, "user", question)
-            self.log.append(
-                thread_id,
-                "assistant",
-                ans.answer,
-                {
-                    "citations": [c.model_dump() for c in ans.citations],
-                    "refused": ans.refused,
-                    "termination_reason": ans.termination_reason,
-                },
-            )
+            await asyncio.to_thread(self._log_turn, thread_id, question, ans)
         yield {"event": "answer", "answer": ans}
+
+    def _log_turn(self, thread_id: str, question: str, ans: Answer) -> None:
+        self.log.append(thread_id, "user", question)
+        self.log.append(
+            thread_id,
+            "assistant",
+            ans.answer,
+            {
+                "citations": [c.model_dump() for c in ans.citations],
+                "refused": ans.refused,
+                "termination_reason": ans.termination_reason,
+            },
+        )
 
     async def _run(
         self, graph: Any, inputs: dict[str, Any], thread_id: str | None, state: dict[str, Any]
@@ -190,9 +210,9 @@ class Agent:
 
     async def forget(self, thread_id: str) -> None:
         """Delete a conversation: its checkpoints and its full message log."""
-        async with open_checkpointer(self.checkpointer_url) as saver:
+        async with self.memory.checkpointer() as saver:
             await saver.adelete_thread(thread_id)
-        self.log.delete(thread_id)
+        await asyncio.to_thread(self.log.delete, thread_id)
 
 
 def answer(

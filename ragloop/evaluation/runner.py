@@ -133,7 +133,6 @@ class ItemRunner:
             self.retriever = Retriever(self.collection, self.config.retrieval)
             return
         from ragloop.agent.api import Agent
-        from ragloop.agent.memory import ConversationLog
         from ragloop.agent.runtime import Runtime
 
         run_dir = Path(spec.run_dir)
@@ -145,17 +144,17 @@ class ItemRunner:
             self.config,
             runtime=runtime,
             checkpointer_url=f"sqlite:///{run_dir / f'.checkpoints-{tag}.sqlite'}",
+            # the full conversation log of eval threads stays with the run, not in the user's home
+            log_url=f"sqlite:///{run_dir / f'.conversations-{tag}.sqlite'}",
         )
-        # the full conversation log of eval threads stays with the run, not in the user's home
-        self.agent._log = ConversationLog(f"sqlite:///{run_dir / f'.conversations-{tag}.sqlite'}")
         if spec.judge:
             from ragloop.models.scoring import make_scorer
 
             self.judge = (scorers or {}).get("judge") or make_scorer(spec.judge, self.settings)
 
     def close(self) -> None:
-        if self.agent is not None and self.agent._log is not None:
-            self.agent._log.close()
+        if self.agent is not None:
+            self.agent.memory.close()
         self.collection.close()
 
     def _seed(self, item: EvalItem) -> None:

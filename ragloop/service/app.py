@@ -3,9 +3,10 @@ manager, worker and routes of one service instance. Nothing is a module global, 
 apps in one process) get their own database and state.
 
 Start-up registers the pipeline config (the one given, else the defaults when nothing is active
-yet) and activates it; otherwise the stored active version keeps answering. The lifespan starts the
-embedded evaluation worker and, on shutdown, drains pending answer writes, stops the worker and
-closes what the app opened.
+yet) and activates it; otherwise the stored active version keeps answering. The lifespan opens the
+conversation memory (which follows the store: `ragloop.service.memory`), takes up document jobs
+the last run left unfinished, starts the embedded evaluation worker and, on shutdown, drains
+pending answer writes, stops the worker and closes what the app opened.
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def create_app(
         return agents.active()[1]
 
     documents = DocumentJobs(
-        settings, _active_config, on_done=lambda job: metrics.ingest_jobs.labels(job.kind, job.status).inc()
+        settings,
+        store,
+        _active_config,
+        owner=cfg.instance,
+        on_done=lambda job: metrics.ingest_jobs.labels(job.kind, job.status).inc(),
     )
     state = ServiceState(
         settings=settings,
@@ -113,7 +118,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        state.start()
+        await state.start()
         try:
             yield
         finally:

@@ -20,6 +20,10 @@ class ServiceConfig:
     # what is served
     collection: str = "default"
     """The collection `/v1/query` and the `ragloop` chat model answer from when none is named."""
+    instance: str | None = None
+    """This instance's name as the owner of its document jobs (their files live in its `RAGLOOP_HOME`);
+    None: host name + `RAGLOOP_HOME`. Set a stable one where the host name changes on restart
+    (containers), so a restarted instance takes up the jobs it left unfinished."""
 
     # limits
     max_request_bytes: int = 1024 * 1024

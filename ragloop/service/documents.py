@@ -11,8 +11,12 @@ index as one new generation (`Collection.delete_documents`): any document, uploa
 from the command line; an uploaded file is removed from the upload area too. Readers never see a
 half state.
 
-Jobs run one at a time on a dedicated thread (ingests of one collection serialise on its lock
-anyway) and are kept in memory: a restart forgets finished jobs (the documents stay ingested).
+Jobs are rows in the store (`document_jobs`), so `GET /v1/jobs/{id}` and the job list answer from
+any instance and survive a restart. A job runs on a dedicated thread (one at a time: ingests of one
+collection serialise on its lock anyway) of the instance that owns the collection's files, the
+row's `owner`; after a restart that instance resumes or fails what it left unfinished
+(`ragloop.service.document_recovery`), so nothing is dropped silently. Shutdown lets the running
+job finish; queued ones stay queued for the next start.
 """
 
 from __future__ import annotations
@@ -20,25 +24,31 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import threading
+import socket
+import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ragloop.config import PipelineConfig, Settings
 from ragloop.ingest.loaders import load_file
 from ragloop.ingest.types import LoaderError
 from ragloop.retrieval.collection import NAME_RE, Collection
+from ragloop.store import DocumentJob, Store
+
+if TYPE_CHECKING:
+    from ragloop.service.document_recovery import HomeLock
 
 log = logging.getLogger("ragloop.service")
 
 FILENAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.()+-]{0,150}$")
-MAX_JOBS_KEPT = 1000
+INTERRUPTED = "interrupted by a restart; upload again"
+PROGRESS_EVERY_S = 0.5
+FINISH_RETRY_DELAYS_S = (0.2, 1.0, 3.0)
 
 
 class UploadError(ValueError):
@@ -55,43 +65,45 @@ class StagedFile:
     path: Path
 
 
-@dataclass
-class DocumentJob:
+@dataclass(frozen=True)
+class _Job:
+    """What the worker thread needs of a job row."""
+
     job_id: str
-    kind: Literal["ingest", "delete"]
+    kind: str
     collection: str
-    documents: list[str]
-    status: Literal["queued", "running", "succeeded", "failed"] = "queued"
-    phase: str = ""
-    done: int = 0
-    total: int = 0
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    finished_at: datetime | None = None
+    files: tuple[str, ...]
+    resumed: bool = False
 
-    def progress(self) -> dict[str, Any]:
-        if self.status == "succeeded":
-            fraction = 1.0
-        elif self.total:
-            fraction = min(1.0, self.done / self.total)
-        else:
-            fraction = 0.0
-        return {"phase": self.phase, "done": self.done, "total": self.total, "fraction": round(fraction, 3)}
+    @classmethod
+    def of(cls, row: DocumentJob, *, resumed: bool = False) -> _Job:
+        return cls(row.job_id, row.kind, row.collection, tuple(str(f) for f in row.files), resumed)
 
-    def public(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "kind": self.kind,
-            "collection": self.collection,
-            "status": self.status,
-            "documents": self.documents,
-            "progress": self.progress(),
-            "result": self.result,
-            "error": self.error,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-        }
+
+def job_public(row: DocumentJob) -> dict[str, Any]:
+    """The job as the API shows it (`JobPublic`)."""
+    p = row.progress or {}
+    done, total = int(p.get("done", 0)), int(p.get("total", 0))
+    fraction = 1.0 if row.status == "succeeded" else (min(1.0, done / total) if total else 0.0)
+    return {
+        "job_id": row.job_id,
+        "kind": row.kind,
+        "collection": row.collection,
+        "status": row.status,
+        "documents": list(row.files),
+        "progress": {"phase": str(p.get("phase", "")), "done": done, "total": total, "fraction": round(fraction, 3)},
+        "result": row.result,
+        "error": row.error,
+        "created_at": row.created_at,
+        "started_at": row.started_at,
+        "finished_at": row.finished_at,
+    }
+
+
+def default_owner(settings: Settings) -> str:
+    """Host name + `RAGLOOP_HOME`: the instance whose disk holds a job's collection and staged files."""
+    owner = f"{socket.gethostname()}:{settings.home.resolve()}"
+    return owner if len(owner) <= 255 else f"{socket.gethostname()[:120]}:{sha256(owner.encode()).hexdigest()}"
 
 
 def uploads_root(settings: Settings, collection: str) -> Path:
@@ -117,32 +129,58 @@ def check_filename(raw: str | None, extensions: tuple[str, ...]) -> str:
     return name
 
 
+class _Progress:
+    """The ingest's progress callback: written to the job row at most every PROGRESS_EVERY_S (and on
+    every phase change); best effort, a failed write only delays the next one."""
+
+    def __init__(self, store: Store, job_id: str) -> None:
+        self.store, self.job_id = store, job_id
+        self.phase, self.done, self.total = "", 0, 0
+        self._written = 0.0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        changed = phase != self.phase
+        self.phase, self.done, self.total = phase, done, total
+        now = time.monotonic()
+        if changed or now - self._written >= PROGRESS_EVERY_S or (total and done >= total):
+            self._written = now
+            try:
+                self.store.document_jobs.set_progress(self.job_id, phase, done, total)
+            except Exception as exc:
+                log.debug("progress of document job %s not written: %s", self.job_id, exc)
+
+    def state(self) -> dict[str, Any]:
+        return {"phase": self.phase, "done": self.done, "total": self.total}
+
+
 class DocumentJobs:
     def __init__(
         self,
         settings: Settings,
+        store: Store,
         config_for: Callable[[], PipelineConfig],
         *,
+        owner: str | None = None,
         on_done: Callable[[DocumentJob], None] | None = None,
     ) -> None:
         self.settings = settings
+        self.store = store
         self.config_for = config_for
+        self.owner = owner or default_owner(settings)
         self.on_done = on_done
-        self._jobs: OrderedDict[str, DocumentJob] = OrderedDict()
-        self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragloop-ingest")
+        self.home_lock: HomeLock | None = None
+        """Held (by `recover_document_jobs`) while this instance runs the home's jobs."""
 
     # ------------------------------------------------------------------ reading
 
     def get(self, job_id: str) -> DocumentJob | None:
-        with self._lock:
-            return self._jobs.get(job_id)
+        return self.store.document_jobs.get(job_id)
 
-    def _add(self, job: DocumentJob) -> None:
-        with self._lock:
-            self._jobs[job.job_id] = job
-            while len(self._jobs) > MAX_JOBS_KEPT:
-                self._jobs.popitem(last=False)
+    def recent(
+        self, *, collection: str | None = None, status: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[DocumentJob]:
+        return self.store.document_jobs.recent(collection=collection, status=status, limit=limit, offset=offset)
 
     # ------------------------------------------------------------------ uploads
 
@@ -175,10 +213,12 @@ class DocumentJobs:
             coll.close()
 
     def submit_upload(self, collection: str, job_id: str, staged: list[StagedFile]) -> DocumentJob:
-        job = DocumentJob(job_id, "ingest", collection, [f.name for f in staged])
-        self._add(job)
-        self._pool.submit(self._run, job, lambda: self._ingest_upload(job, staged))
-        return job
+        """Record the job (`queued`) and queue it; the files are already staged under `job_id`."""
+        row = self.store.document_jobs.create(
+            job_id, owner=self.owner, collection=collection, kind="ingest", files=[f.name for f in staged]
+        )
+        self._submit(_Job.of(row))
+        return row
 
     def new_job_id(self) -> str:
         return uuid.uuid4().hex
@@ -195,72 +235,96 @@ class DocumentJobs:
         finally:
             coll.close()
         rel = doc_id.split("#", 1)[0]
-        rec = files.get(rel)
-        if rec is None:
+        if rel not in files:
             raise LookupError(f"collection {collection!r} has no document {doc_id!r}")
         if rel != doc_id:
             raise UploadError(f"{doc_id!r} is a record of {rel!r}: delete the whole file {rel!r}", 409)
-        uploaded = Path(rec.root).resolve() == uploads_root(self.settings, collection).resolve()
-        job = DocumentJob(uuid.uuid4().hex, "delete", collection, [doc_id])
-        self._add(job)
-        self._pool.submit(self._run, job, lambda: self._delete(job, rel, rec.root, uploaded))
-        return job
+        row = self.store.document_jobs.create(
+            uuid.uuid4().hex, owner=self.owner, collection=collection, kind="delete", files=[rel]
+        )
+        self._submit(_Job.of(row))
+        return row
 
     # ------------------------------------------------------------------ running
 
-    def _run(self, job: DocumentJob, work: Callable[[], dict[str, Any]]) -> None:
-        job.status = "running"
+    def _submit(self, job: _Job) -> None:
+        self._pool.submit(self._run, job)
+
+    def _run(self, job: _Job) -> None:
         try:
-            job.result = work()
-            job.status = "succeeded"
+            attempt = self.store.document_jobs.start(job.job_id).attempts
+        except Exception as exc:  # finished meanwhile, or the store is down: left for a restart to take up
+            log.error("document job %s cannot start: %s", job.job_id, exc)
+            return
+        progress = _Progress(self.store, job.job_id)
+        result: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            if job.kind == "ingest":
+                result = self._ingest_upload(job, progress)
+            else:
+                result = self._delete(job, progress, ran_before=attempt > 1)
+            if job.resumed:
+                result["resumed_after_restart"] = True
         except Exception as exc:
-            job.error = str(exc) or type(exc).__name__
-            job.status = "failed"
-            log.warning("document job %s (%s) failed: %s", job.job_id, job.kind, job.error[:300])
-        finally:
-            job.finished_at = datetime.now(UTC)
+            error = str(exc) or type(exc).__name__
+            log.warning("document job %s (%s) failed: %s", job.job_id, job.kind, error[:300])
+        self._finish(job, "failed" if error is not None else "succeeded", result, error, progress.state())
+
+    def _finish(
+        self, job: _Job, status: str, result: dict[str, Any] | None, error: str | None, progress: dict[str, Any]
+    ) -> None:
+        for delay in (*FINISH_RETRY_DELAYS_S, None):
+            try:
+                row = self.store.document_jobs.finish(job.job_id, status, result=result, error=error, progress=progress)
+            except Exception as exc:
+                if delay is None:  # stays `running`: the next start-up takes it up again
+                    log.error("the outcome of document job %s (%s) was not recorded: %s", job.job_id, status, exc)
+                    return
+                time.sleep(delay)
+                continue
             if self.on_done is not None:
-                self.on_done(job)
+                self.on_done(row)
+            return
 
-    def _progress(self, job: DocumentJob) -> Callable[[str, int, int], None]:
-        def update(phase: str, done: int, total: int) -> None:
-            job.phase, job.done, job.total = phase, done, total
-
-        return update
-
-    def _ingest(self, job: DocumentJob, root: Path) -> dict[str, Any]:
+    def _ingest(self, job: _Job, root: Path, progress: _Progress) -> dict[str, Any]:
         coll = Collection(job.collection, self.settings)
         try:
-            return coll.ingest([root], self.config_for(), progress=self._progress(job)).to_json()
+            return coll.ingest([root], self.config_for(), progress=progress).to_json()
         finally:
             coll.close()
 
-    def _ingest_upload(self, job: DocumentJob, staged: list[StagedFile]) -> dict[str, Any]:
+    def _ingest_upload(self, job: _Job, progress: _Progress) -> dict[str, Any]:
+        """Move the staged files into place (keeping any version they replace aside) and ingest. Run
+        again after a restart, a file already moved into place counts as moved."""
         root = uploads_root(self.settings, job.collection)
         stage = self.staging_dir(job.collection, job.job_id)
         backups = stage / ".replaced"
         moved: list[Path] = []
         replaced: list[tuple[Path, Path]] = []
         try:
-            for f in staged:
-                target = root / f.name
-                if target.exists():
-                    backups.mkdir(parents=True, exist_ok=True)
-                    backup = backups / f.name
-                    shutil.move(str(target), backup)
-                    replaced.append((backup, target))
-                shutil.move(str(f.path), target)
+            for name in job.files:
+                staged, target, backup = stage / name, root / name, backups / name
+                if staged.exists():
+                    if target.exists():
+                        backups.mkdir(parents=True, exist_ok=True)
+                        shutil.move(str(target), backup)
+                    shutil.move(str(staged), target)
+                elif not target.exists():
+                    raise UploadError(f"{name}: the staged file is gone; {INTERRUPTED}")
                 moved.append(target)
-            summary = self._ingest(job, root)
+                if backup.exists():
+                    replaced.append((backup, target))
+            summary = self._ingest(job, root, progress)
         except Exception:
             self._undo(moved, replaced)
             shutil.rmtree(stage, ignore_errors=True)
             raise
         skipped = {s["path"]: s["reason"] for s in summary.get("skipped", [])}
-        bad = [f.name for f in staged if f.name in skipped]
+        bad = [n for n in job.files if n in skipped]
         if bad:
             self._undo([root / n for n in bad], [(b, t) for b, t in replaced if t.name in bad])
-            if len(bad) == len(staged):
+            if len(bad) == len(job.files):
                 shutil.rmtree(stage, ignore_errors=True)
                 raise UploadError("; ".join(f"{n}: {skipped[n]}" for n in bad))
             summary["rejected"] = [{"document": n, "reason": skipped[n]} for n in bad]
@@ -275,38 +339,61 @@ class DocumentJobs:
             if backup.exists():
                 shutil.move(str(backup), target)
 
-    def _delete(self, job: DocumentJob, rel: str, root: str, uploaded: bool) -> dict[str, Any]:
+    def _delete(self, job: _Job, progress: _Progress, *, ran_before: bool) -> dict[str, Any]:
         """Drop the document from the index (one new generation). An uploaded file is removed too (it
         is held aside until the index no longer has it, and put back if that fails); a file ingested
-        from elsewhere stays where it is, and re-ingesting its root would add it again."""
-        job.phase, job.total = "delete", 1
-        held: Path | None = None
+        from elsewhere stays where it is, and re-ingesting its root would add it again. Run again after
+        a restart, a document the index no longer has was deleted by the interrupted run."""
+        rel = job.files[0]
+        progress("delete", 0, 1)
         target = uploads_root(self.settings, job.collection) / rel
         trash = self.staging_dir(job.collection, job.job_id)
-        if uploaded and target.exists():
-            trash.mkdir(parents=True, exist_ok=True)
-            held = trash / Path(rel).name
-            shutil.move(str(target), held)
+        held = trash / Path(rel).name
         coll = Collection(job.collection, self.settings)
         try:
-            summary = coll.delete_documents([rel]).to_json()
-        except Exception:
-            if held is not None and held.exists():
+            rec = coll.registry.files().get(rel) if coll.exists() else None
+            if rec is None:
+                if not ran_before:
+                    raise LookupError(f"collection {job.collection!r} has no document {rel!r}")
+                shutil.rmtree(trash, ignore_errors=True)
+                progress("delete", 1, 1)
+                return {"collection": job.collection, "deleted": [rel], "note": "deleted before the restart"}
+            if held.exists() and not target.exists():  # held aside by the interrupted run
                 shutil.move(str(held), target)
-            raise
+            uploaded = Path(rec.root).resolve() == uploads_root(self.settings, job.collection).resolve()
+            if uploaded and target.exists():
+                trash.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(target), held)
+            try:
+                summary = coll.delete_documents([rel]).to_json()
+            except Exception:
+                if held.exists():
+                    shutil.move(str(held), target)
+                raise
         finally:
             coll.close()
         shutil.rmtree(trash, ignore_errors=True)
-        job.done = 1
+        progress("delete", 1, 1)
         if not uploaded:
             summary["note"] = (
-                f"{rel} was ingested from {root}; the file is still there, "
-                f"and `ragloop ingest {root}` would add it again"
+                f"{rel} was ingested from {rec.root}; the file is still there, "
+                f"and `ragloop ingest {rec.root}` would add it again"
             )
         return summary
 
     def discard_staging(self, collection: str, job_id: str) -> None:
         shutil.rmtree(self.staging_dir(collection, job_id), ignore_errors=True)
 
-    def shutdown(self, wait: bool = True) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=False)
+    # ------------------------------------------------------------------ restart and shutdown
+
+    def resume(self, row: DocumentJob) -> None:
+        """Queue a job left unfinished by an earlier run of this instance (see `document_recovery`)."""
+        self._submit(_Job.of(row, resumed=True))
+
+    def shutdown(self, wait: bool = True, *, drain: bool = False) -> None:
+        """Stop taking jobs. The running job finishes (with `wait`); queued ones finish too with `drain`,
+        else they stay `queued` in the store and the next start-up takes them up."""
+        self._pool.shutdown(wait=wait, cancel_futures=not drain)
+        if self.home_lock is not None:
+            self.home_lock.release()
+            self.home_lock = None

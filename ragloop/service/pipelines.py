@@ -18,8 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ragloop.agent.memory import ConversationMemory
 from ragloop.config import PipelineConfig, Settings
 from ragloop.retrieval.collection import Collection, CollectionError, list_collections
+from ragloop.service.memory import service_memory
 from ragloop.store import Store
 
 if TYPE_CHECKING:
@@ -69,10 +71,17 @@ def ensure_active_version(store: Store, config: PipelineConfig | None, *, actor:
 
 
 class AgentManager:
-    def __init__(self, settings: Settings, store: Store, factory: AgentFactory | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        factory: AgentFactory | None = None,
+        memory: ConversationMemory | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.factory = factory or default_agent_factory
+        self.memory = memory or service_memory(store.db.engine.url, settings)
         self._collections: dict[str, Collection] = {}
         self._agents: OrderedDict[tuple[str, str, int | None], Agent] = OrderedDict()
         self._last_good: dict[str, tuple[str, str, int | None]] = {}
@@ -180,6 +189,7 @@ class AgentManager:
             cfg = config if key[2] is None else config.with_overrides(retrieval={"k": key[2]})
             coll = self.collection(key[0])
             agent = await asyncio.to_thread(self.factory, coll, cfg)
+            agent.memory = self.memory
             self._agents[key] = agent
             keep = set(self._last_good.values())
             for old in [k for k in self._agents if k not in keep][: max(0, len(self._agents) - MAX_AGENTS)]:
@@ -187,8 +197,7 @@ class AgentManager:
             return agent
 
     async def any_agent(self, collection: str) -> Agent | None:
-        """An agent that shares the graph's memory stores (checkpoints, message log), for deleting a
-        conversation: a loaded one, else the one for `collection`; None when none can be built."""
+        """A loaded agent, else the one for `collection`; None when none can be built."""
         if self._agents:
             return next(reversed(self._agents.values()))
         try:
@@ -204,3 +213,4 @@ class AgentManager:
             coll.close()
         self._collections.clear()
         self._agents.clear()
+        self.memory.close()

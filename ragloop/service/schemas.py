@@ -250,6 +250,7 @@ class JobPublic(BaseModel):
     result: dict[str, Any] | None = None
     error: str | None = None
     created_at: datetime
+    started_at: datetime | None = None
     finished_at: datetime | None = None
 
 

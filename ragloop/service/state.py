@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from ragloop.config import Settings
 from ragloop.service.auth import RateLimiter
 from ragloop.service.config import ServiceConfig
+from ragloop.service.document_recovery import recover_document_jobs
 from ragloop.service.documents import DocumentJobs
+from ragloop.service.memory import MAX_CHECKPOINT_CONNECTIONS
 from ragloop.service.metrics import ServiceMetrics
 from ragloop.service.pipelines import AgentManager
 from ragloop.service.recorder import AnswerRecorder
@@ -41,7 +43,14 @@ class ServiceState:
             self.answer_slots = asyncio.Semaphore(self.config.max_concurrent_answers)
         return self.answer_slots
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Open the conversation memory (a connection pool on PostgreSQL), take up the document jobs
+        the last run left unfinished, start the embedded worker."""
+        await self.agents.memory.aopen(pool_size=min(MAX_CHECKPOINT_CONNECTIONS, self.config.max_concurrent_answers))
+        try:
+            await asyncio.to_thread(recover_document_jobs, self.documents)
+        except Exception as exc:  # the service can still answer; the jobs wait for the next start
+            log.error("document jobs left by the last run were not taken up: %s", exc)
         if self.worker is not None:
             self.worker.start_thread()
 
@@ -56,6 +65,7 @@ class ServiceState:
                 except Exception as exc:  # closing a remote client must not block shutdown
                     log.warning("closing the judge failed: %s", exc)
         self.documents.shutdown(wait=True)
+        await self.agents.memory.aclose()
         self.agents.close()
         if self.owns_store:
             self.store.close()

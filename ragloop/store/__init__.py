@@ -3,6 +3,7 @@ durable evaluation queue. SQLite by default (`RAGLOOP_HOME/ragloop.db`, WAL), Po
 `RAGLOOP_DATABASE_URL` names one. This layer knows nothing of the agent graph."""
 
 from ragloop.store.db import Database, default_database_url, make_engine, normalize_url
+from ragloop.store.document_models import DocumentJob
 from ragloop.store.facade import Store
 from ragloop.store.migrations import current_revision, downgrade, head_revision, upgrade
 from ragloop.store.models import (
@@ -28,6 +29,7 @@ from ragloop.store.repositories import (
     ApiKeyRecord,
     ApiKeys,
     AuditLog,
+    DocumentJobs,
     Evaluations,
     Experiments,
     Feedback,
@@ -56,6 +58,8 @@ __all__ = [
     "AuditLog",
     "Base",
     "Database",
+    "DocumentJob",
+    "DocumentJobs",
     "Evaluation",
     "EvaluationJob",
     "EvaluationQueue",

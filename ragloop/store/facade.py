@@ -12,6 +12,7 @@ from ragloop.store.queue import EvaluationQueue
 from ragloop.store.repositories import (
     ApiKeys,
     AuditLog,
+    DocumentJobs,
     Evaluations,
     Experiments,
     Feedback,
@@ -38,6 +39,7 @@ class Store:
         self.audit = AuditLog(db)
         self.model_calls = ModelCalls(db)
         self.api_keys = ApiKeys(db)
+        self.document_jobs = DocumentJobs(db)
         self.queue = queue or EvaluationQueue(db)
 
     @classmethod

@@ -410,4 +410,5 @@ TABLE_NAMES = (
     "model_calls",
     "api_keys",
     "evaluation_jobs",
+    "document_jobs",
 )

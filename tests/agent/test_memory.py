@@ -216,7 +216,7 @@ def _postgres_available() -> None:
 def test_postgres_checkpointer_keeps_and_forgets_a_thread(coll: Collection) -> None:
     _postgres_available()
     rt_agent = build_agent(coll)
-    agent = Agent(coll, rt_agent.config, runtime=rt_agent.runtime, checkpointer_url=PG_URL)
+    agent = Agent(coll, rt_agent.config, runtime=rt_agent.runtime, checkpointer_url=PG_URL, log_url=PG_URL)
     thread = f"ragloop-test-{uuid.uuid4().hex}"
     try:
         first = ask(agent, Q1, thread_id=thread)
@@ -226,7 +226,12 @@ def test_postgres_checkpointer_keeps_and_forgets_a_thread(coll: Collection) -> N
         assert saved is not None
         assert texts(saved["messages"]) == [Q1, first.answer, "Who designed it?", ans.answer]
         assert all(isinstance(r, TraceRecord) for r in saved["trace"])
+        # the full conversation log is in PostgreSQL too, not in a file under RAGLOOP_HOME
+        assert agent.log.engine.dialect.name == "postgresql"
+        assert [m["content"] for m in agent.log.messages(thread)] == [Q1, first.answer, "Who designed it?", ans.answer]
+        assert not (coll.settings.home / "conversations.sqlite").exists()
     finally:
         asyncio.run(agent.forget(thread))
     assert checkpoint(agent, thread) is None
     assert agent.log.messages(thread) == []
+    agent.memory.close()

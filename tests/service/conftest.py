@@ -89,6 +89,13 @@ def store_url(backend: str, sqlite_url: str, request: pytest.FixtureRequest) -> 
     yield from _postgres_schema_url(request)
 
 
+@pytest.fixture
+def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh PostgreSQL schema for tests that are about PostgreSQL only (skipped when the server is
+    unreachable; under CI=true, failed)."""
+    yield from _postgres_schema_url(request)
+
+
 def open_store(url: str) -> Store:
     store = Store.open(url)
     # fast retries for tests (the production backoff starts at 2 s)

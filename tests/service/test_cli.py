@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ragloop.cli import app
-from ragloop.store import Store, head_revision
+from ragloop.store import Store, current_revision, head_revision, upgrade
 
 runner = CliRunner()
 
@@ -43,3 +43,18 @@ def test_db_upgrade_and_keys(ragloop_home: Path) -> None:
 
     r = runner.invoke(app, ["keys", "create", "--role", "root"])
     assert r.exit_code == 2 and "--role must be user or admin" in r.output
+
+
+def test_db_upgrade_from_the_previous_revision(store_url: str) -> None:
+    """A database left at the first release's schema is brought to head by `ragloop db upgrade`, rows kept."""
+    assert upgrade(store_url, "0001_initial") == "0001_initial"
+    with Store.open(store_url, migrate=False) as store:
+        key = store.api_keys.create_api_key("user", name="kept").key
+    r = runner.invoke(app, ["db", "upgrade", "--database-url", store_url, "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["from"] == "0001_initial" and out["to"] == out["head"] == head_revision() != "0001_initial"
+    assert current_revision(store_url) == head_revision()
+    with Store.open(store_url, migrate=False) as store:
+        assert store.api_keys.verify_api_key(key) is not None
+        assert store.document_jobs.recent() == []  # the new table is there

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -155,24 +154,26 @@ async def test_upload_limits(collection: Collection, store: Store) -> None:
     assert staging_empty("default")
 
 
-def test_deleting_the_last_upload_empties_the_uploads(tmp_path: Path) -> None:
+def test_deleting_the_last_upload_empties_the_uploads(store: Store) -> None:
     """The service re-ingests its upload root; a root with nothing left still ingests cleanly."""
     from ragloop.service.documents import DocumentJobs, StagedFile
     from tests.service.conftest import CFG
 
-    jobs = DocumentJobs(Settings(), lambda: CFG)
+    jobs = DocumentJobs(Settings(), store, lambda: CFG)
     stage = jobs.staging_dir("solo", "j1")
     stage.mkdir(parents=True)
     (stage / "only.md").write_text("# Only\n\nThe only document in this collection.")
     staged = [StagedFile("only.md", stage / "only.md")]
     jobs.validate_staged("solo", staged)
     job = jobs.submit_upload("solo", "j1", staged)
-    jobs.shutdown(wait=True)
-    assert job.status == "succeeded", job.error
-    jobs = DocumentJobs(Settings(), lambda: CFG)
+    jobs.shutdown(wait=True, drain=True)
+    done = store.document_jobs.get(job.job_id)
+    assert done is not None and done.status == "succeeded", done.error if done else None
+    jobs = DocumentJobs(Settings(), store, lambda: CFG)
     job = jobs.submit_delete("solo", "only.md")
-    jobs.shutdown(wait=True)
-    assert job.status == "succeeded", job.error
+    jobs.shutdown(wait=True, drain=True)
+    done = store.document_jobs.get(job.job_id)
+    assert done is not None and done.status == "succeeded", done.error if done else None
     assert not (uploads_root(Settings(), "solo") / "only.md").exists()
     coll = Collection("solo", Settings())
     try:

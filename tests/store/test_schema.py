@@ -38,6 +38,7 @@ EXPECTED_TABLES = {
     "model_calls",
     "api_keys",
     "evaluation_jobs",
+    "document_jobs",
 }
 
 
@@ -75,6 +76,28 @@ def test_downgrade_to_base_and_back(store_url: str) -> None:
     finally:
         engine.dispose()
     assert upgrade(store_url) == head_revision()
+
+
+def test_upgrade_from_the_previous_revision_keeps_the_data(store_url: str) -> None:
+    """A database made by the first release (0001) gains `document_jobs` and keeps its rows; the
+    downgrade takes exactly that table away again."""
+    assert upgrade(store_url, "0001_initial") == "0001_initial"
+    with Store.open(store_url, migrate=False) as old:
+        key = old.api_keys.create_api_key("admin", name="before")
+    engine = make_engine(store_url)
+    try:
+        assert "document_jobs" not in inspect(engine).get_table_names()
+        assert upgrade(engine) == head_revision()
+        assert "document_jobs" in inspect(engine).get_table_names()
+        with Store(Database(engine)) as store:
+            assert store.api_keys.verify_api_key(key.key) is not None
+            store.document_jobs.create("j", owner="o", collection="c", kind="ingest", files=["a.md"])
+            assert store.document_jobs.get("j") is not None
+        assert downgrade(engine, "0001_initial") == "0001_initial"
+        tables = set(inspect(engine).get_table_names())
+        assert "document_jobs" not in tables and "api_keys" in tables
+    finally:
+        engine.dispose()
 
 
 def test_timestamps_and_json_round_trip(db: Database) -> None:

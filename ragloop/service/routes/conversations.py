@@ -87,18 +87,17 @@ async def get_conversation(session_id: SessionId, svc: ServiceDep, caller: Calle
 async def delete_conversation(session_id: SessionId, svc: ServiceDep, caller: CallerDep) -> Deleted:
     stored = stored_session(caller, session_id)
     await svc.recorder.wait_session(stored)
-    agent = await svc.agents.any_agent(svc.config.collection)
+    memory = svc.agents.memory  # the graph's memory: checkpoints and the full message log
 
     def count() -> tuple[int, int]:
         with svc.store.db.transaction(write=False) as s:
             n = len(s.scalars(select(QueryRow.query_id).where(QueryRow.session_id == stored)).all())
-        return n, len(agent.log.messages(stored)) if agent is not None else 0
+        return n, len(memory.log.messages(stored))
 
     answers, messages = await asyncio.to_thread(count)
     if not answers and not messages:
         raise HTTPException(404, f"no conversation {session_id!r}")
-    if agent is not None:  # the graph's memory: checkpoints and the full message log
-        await agent.forget(stored)
+    await memory.forget(stored)
 
     def forget() -> int:
         return svc.store.queries.delete_session(stored)

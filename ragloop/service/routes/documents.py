@@ -1,15 +1,15 @@
-"""Documents: upload into a collection (ingested in the background), delete one, follow a job."""
+"""Documents: upload into a collection (ingested in the background), delete one, follow a job, list jobs."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, File, HTTPException, Path, UploadFile, status
+from fastapi import APIRouter, File, HTTPException, Path, Query, UploadFile, status
 
 from ragloop.service.deps import AdminDep, CallerDep, ServiceDep
-from ragloop.service.documents import StagedFile, UploadError, check_collection_name, check_filename
+from ragloop.service.documents import StagedFile, UploadError, check_collection_name, check_filename, job_public
 from ragloop.service.schemas import JobPublic
 
 router = APIRouter(tags=["documents"])
@@ -77,8 +77,12 @@ async def upload_documents(
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    job = jobs.submit_upload(name, job_id, staged)
-    return JobPublic.model_validate(job.public())
+    try:
+        job = await asyncio.to_thread(jobs.submit_upload, name, job_id, staged)
+    except BaseException:  # not recorded (the store is down): keep nothing
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return JobPublic.model_validate(job_public(job))
 
 
 @router.delete(
@@ -101,17 +105,33 @@ async def delete_document(name: CollectionName, doc_id: str, svc: ServiceDep, _a
         raise HTTPException(exc.status, str(exc)) from None
     except LookupError as exc:
         raise HTTPException(404, str(exc)) from None
-    return JobPublic.model_validate(job.public())
+    return JobPublic.model_validate(job_public(job))
 
 
 @router.get(
     "/v1/jobs/{job_id}",
     response_model=JobPublic,
-    responses={404: {"description": "No such job (jobs are kept in memory until a restart)."}},
+    responses={404: {"description": "No such job."}},
     summary="A document job's status and progress",
 )
 def get_job(job_id: str, svc: ServiceDep, _caller: CallerDep) -> JobPublic:
+    """Jobs are kept in the database: any instance answers, and a restart forgets none."""
     job = svc.documents.get(job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id!r}")
-    return JobPublic.model_validate(job.public())
+    return JobPublic.model_validate(job_public(job))
+
+
+@router.get("/v1/jobs", response_model=list[JobPublic], summary="Document jobs, newest first (admin)")
+def list_jobs(
+    svc: ServiceDep,
+    _admin: AdminDep,
+    collection: Annotated[str | None, Query(max_length=64)] = None,
+    job_status: Annotated[Literal["queued", "running", "succeeded", "failed"] | None, Query(alias="status")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> list[JobPublic]:
+    """Uploads and deletions of every instance on this database; after a restart, the jobs it could
+    not resume are here as failed ("interrupted by a restart; upload again")."""
+    rows = svc.documents.recent(collection=collection, status=job_status, limit=limit, offset=offset)
+    return [JobPublic.model_validate(job_public(r)) for r in rows]

@@ -4,15 +4,27 @@
 `config.attributes["connection"]`; when run from the `alembic` command line instead (for
 `alembic revision --autogenerate`, see `alembic_config`), the URL comes from `sqlalchemy.url`
 or `RAGLOOP_DATABASE_URL`.
+
+Autogenerate compares only ragloop's own tables: the database may also hold tables that other
+parts create there (the agent's checkpoints and conversation log, when the service keeps
+conversation memory in its PostgreSQL database), and a migration must never drop those.
 """
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import Any
+
 from alembic import context
 from sqlalchemy.engine import Connection
 
+import ragloop.store.document_models  # noqa: F401  (registers document_jobs on Base.metadata)
 from ragloop.store.db import make_engine
 from ragloop.store.models import Base
+
+
+def _ours(name: str | None, type_: str, _parent: MutableMapping[Any, str | None]) -> bool:
+    return type_ != "table" or name in Base.metadata.tables
 
 
 def _run(connection: Connection) -> None:
@@ -21,6 +33,7 @@ def _run(connection: Connection) -> None:
         target_metadata=Base.metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=_ours,
     )
     with context.begin_transaction():
         context.run_migrations()

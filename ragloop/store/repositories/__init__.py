@@ -21,6 +21,7 @@ from ragloop.store.repositories.api_keys import (
     hash_api_key,
 )
 from ragloop.store.repositories.audit import AuditLog
+from ragloop.store.repositories.document_jobs import DocumentJobs
 from ragloop.store.repositories.evaluations import Evaluations
 from ragloop.store.repositories.experiments import Experiments, RegressionRuns
 from ragloop.store.repositories.feedback import Feedback, feedback_weight
@@ -35,6 +36,7 @@ __all__ = [
     "ApiKeyRecord",
     "ApiKeys",
     "AuditLog",
+    "DocumentJobs",
     "Evaluations",
     "Experiments",
     "Feedback",
