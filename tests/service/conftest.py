@@ -35,7 +35,10 @@ from tests.store.conftest import DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, _ci, re
 CFG: PipelineConfig = HASHED.with_overrides(
     agent={"scorers": {"grade": "lexical", "refine": "lexical", "support": "lexical"}}
 )
-SERVICE = ServiceConfig(judge="lexical", heuristic_support="lexical", inprocess_worker=False, poll_interval_s=0.05)
+# no random tier-2 sample: a test that routes an answer to tier 2 must be the one that routes it
+SERVICE = ServiceConfig(
+    judge="lexical", heuristic_support="lexical", inprocess_worker=False, poll_interval_s=0.05, tier2_sample_rate=0.0
+)
 
 
 @pytest.fixture
