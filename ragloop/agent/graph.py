@@ -131,7 +131,7 @@ def build_graph(rt: Runtime) -> StateGraph:
         if budget_exceeded(state, rt):
             return _end_early(state)
         status = state.get("validation")
-        if status == "retry":
+        if status in ("retry", "fallback"):
             return "generate"
         if status in ("gate", "exhausted"):
             # a later cycle's draft failed: keep the answer an earlier cycle validated

@@ -71,7 +71,8 @@ class AgentState(TypedDict, total=False):
     corrections: list[str]
     citation_retries: int
     unsupported: list[str]  # sentence keys the validator rejected this turn
-    validation: str  # ok | retry | gate | exhausted
+    validation: str  # ok | retry | gate | exhausted | fallback
+    extractive: bool  # the chat model's drafts failed validation: compose from the strips instead
     validated_answer: str | None  # the latest draft that passed validation: what a turn may end with
     validated_citations: list[Citation]
     # critique loop
@@ -120,6 +121,7 @@ def turn_input(question: str, session_id: str = "", user_id: str = "") -> dict[s
         "citation_retries": 0,
         "unsupported": [],
         "validation": "",
+        "extractive": False,
         "validated_answer": None,
         "validated_citations": [],
         "cycle": 0,

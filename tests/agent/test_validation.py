@@ -42,7 +42,9 @@ def corrections_of(prompt: str) -> list[str]:
     return [line[2:] for line in block.strip().splitlines() if line.startswith("- ")]
 
 
-def test_hallucination_gate_retries_with_corrections_then_refuses(coll: Collection) -> None:
+def test_hallucination_gate_retries_with_corrections_then_falls_back_to_extraction(coll: Collection) -> None:
+    """A chat model that never cites is corrected `max_citation_retries` times; then the turn
+    answers with the offline extractive composer (validated like any draft), not a refusal."""
     config = cfg(budgets={"max_citation_retries": 2})
     chat = RoutedChat(generate=lambda _p, _n: "The Zorblat Bridge is very old and famous across the region.")
     agent = build_agent(coll, config, chat=chat, grade=keyword_scorer("Zorblat"))
@@ -50,16 +52,31 @@ def test_hallucination_gate_retries_with_corrections_then_refuses(coll: Collecti
 
     retries = config.agent.budgets.max_citation_retries
     gens = chat.prompts["generate"]
-    assert len(gens) == retries + 1
+    assert len(gens) == retries + 1  # the fallback draft is composed offline: no further model call
     assert corrections_of(gens[0]) == []
     for p in gens[1:]:
         assert any("Cite the sources" in c for c in corrections_of(p))
     decisions = [r.decision for r in records(ans, "validate_citations")]
-    assert decisions == ["hallucination gate: no valid citation (retry)"] * retries + [
-        "hallucination gate: no valid citation (gate)"
+    assert decisions[: retries + 1] == ["hallucination gate: no valid citation (retry)"] * retries + [
+        "hallucination gate: no valid citation: extractive fallback"
     ]
-    assert ans.refused and ans.termination_reason == "no_valid_citations"
-    assert ans.citations == [] and "very old" not in ans.answer
+    assert records(ans, "generate")[-1].decision.startswith("extractive fallback")
+    assert not ans.refused and ans.citations
+    assert "very old" not in ans.answer and "1887" in ans.answer
+
+
+def test_extractive_fallback_that_fails_validation_refuses(coll: Collection) -> None:
+    """The fallback happens once; when the extracted sentences are not supported either, the
+    turn refuses: nothing unvalidated is ever shown."""
+    config = cfg(budgets={"max_citation_retries": 1})
+    chat = RoutedChat(generate=lambda _p, _n: "The Zorblat Bridge is very old and famous across the region.")
+    never = FunctionScorer(lambda _a, _b: 0.0, name="test:never")
+    agent = build_agent(coll, config, chat=chat, grade=keyword_scorer("Zorblat"), support=never)
+    ans = ask(agent, Q)
+    decisions = [r.decision for r in records(ans, "validate_citations")]
+    assert decisions.count("hallucination gate: no valid citation: extractive fallback") == 1
+    assert "fallback" not in decisions[-1]
+    assert ans.refused and ans.citations == [] and "very old" not in ans.answer
     assert ans.trace.nodes()[-1] == "refuse"
 
 

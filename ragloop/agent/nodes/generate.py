@@ -86,7 +86,7 @@ async def generate(state: AgentState, rt: Runtime) -> NodeResult:
     question = state.get("standalone") or state["question"]
     citations, texts, numbers = number_sources(state)
     corrections = state.get("corrections") or []
-    if rt.chat is not None:
+    if rt.chat is not None and not state.get("extractive"):
         req = ChatRequest.user(
             prompts.generate_user(question, prompts.sources_block(citations, texts), corrections),
             system=prompts.GENERATE_SYSTEM.format(max_sentences=cfg.max_answer_sentences + 2),
@@ -107,7 +107,7 @@ async def generate(state: AgentState, rt: Runtime) -> NodeResult:
         else:  # pragma: no cover - returned above
             failure = ""
     else:
-        failure = ""
+        failure = "extractive fallback: the chat model's drafts failed validation" if state.get("extractive") else ""
     avoid = set(state.get("unsupported") or [])
     answer = compose(state.get("kept") or [], numbers, cfg.max_answer_sentences, avoid, cfg.answer_floor)
     return NodeResult(

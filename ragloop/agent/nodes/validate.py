@@ -5,7 +5,10 @@ sentence must carry a citation, and each cited chunk must support its sentence (
 scorer, one batched call). Problems go back to `generate` as explicit corrections, at most
 `max_citation_retries` times; corrections live for this turn only. When retries run out the
 unsupported sentences are cut, and if nothing supported is left the graph refuses (or, in a later
-critique cycle, keeps the answer an earlier cycle validated). A draft that passes is recorded as
+critique cycle, keeps the answer an earlier cycle validated). Before refusing, a chat model's
+failed drafts give way once to the offline extractive composer (`fallback`): when the context
+graded relevant, a small model that cannot cite is no reason to refuse an answerable question,
+and the extracted sentences go through this same validation. A draft that passes is recorded as
 `validated_answer`: the only text a turn may end with.
 """
 
@@ -41,6 +44,18 @@ def answer_sentences(answer: str) -> list[str]:
     return [s.text.strip() for s in split_strips(normalised)]
 
 
+def _can_fall_back(state: AgentState, rt: Runtime) -> bool:
+    return rt.chat is not None and not state.get("extractive") and not state.get("validated_answer")
+
+
+def _fallback(why: str, detail: dict[str, object] | None = None) -> NodeResult:
+    return NodeResult(
+        update={"validation": "fallback", "extractive": True, "corrections": []},
+        decision=f"{why}: extractive fallback",
+        detail=detail or {},
+    )
+
+
 async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
     cfg = rt.config.agent
     if not cfg.validate_citations:  # ablation: whatever was generated goes forward
@@ -60,6 +75,8 @@ async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
     cited = [(s, [int(n) for n in CITE.findall(s)]) for s in sentences]
     if not any(n in citations for _, ns in cited for n in ns):
         status = "retry" if retries < cfg.budgets.max_citation_retries and rt.chat is not None else "gate"
+        if status == "gate" and _can_fall_back(state, rt):
+            return _fallback("hallucination gate: no valid citation")
         fixes = ["Cite the sources: end every sentence with [n] for a source number that exists."]
         fixes += [f"Source [{n}] does not exist." for n in sorted({n for _, ns in cited for n in ns})]
         return NodeResult(
@@ -129,6 +146,8 @@ async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
         for s, ns in cited
         if s not in uncited and s not in unsupported and [n for n in ns if n in citations]
     ]
+    if not keep and _can_fall_back(state, rt):
+        return _fallback(f"retries spent: all {len(sentences)} sentences cut", detail)
     status = "ok" if keep else "exhausted"
     update: dict[str, object] = {
         "pending_answer": " ".join(keep),
