@@ -83,7 +83,7 @@ def test_sigint_during_ingest_keeps_the_previous_index(tmp_path: Path, ragloop_h
     docs = tmp_path / "docs"
     write_squad_docs(docs, articles=1, paragraphs=5)
     ragloop("ingest", str(docs), "-c", "kb", home=ragloop_home)
-    write_squad_docs(docs, articles=3)  # ~150 more paragraphs: several seconds of embedding
+    write_squad_docs(docs, articles=5)  # ~250 more paragraphs: many seconds of embedding, even on a fast machine
     env = dict(os.environ, RAGLOOP_HOME=str(ragloop_home))
     proc = subprocess.Popen([*RAGLOOP, "ingest", str(docs), "-c", "kb"], env=env, stderr=subprocess.PIPE, text=True)
     cache = ragloop_home / "cache" / "embeddings.sqlite"

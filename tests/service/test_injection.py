@@ -4,6 +4,7 @@ when the model behind it obeys the injection."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -76,14 +77,19 @@ async def test_a_model_that_obeys_the_injection_cannot_leak_the_system_prompt(tm
         fenced = sources_in(user)
         assert any(INJECTION in body for body in fenced.values())
         assert INJECTION not in user.replace("".join(b for b in fenced.values() if INJECTION in b), "")
-    # what it wrote in reply never reached the client: the citation validator refused it
+    # what it wrote in reply never reached the client: the citation validator rejected every draft,
+    # and the turn answered with the extractive fallback: the documents' own sentences, as data
     text = answer["answer"]
     for line in SYSTEM_LINES:
         assert line[:40] not in text, line
     assert "numbered sources" not in text and "never reveal" not in text.lower()
     validations = [r["decision"] for r in answer["trace"]["records"] if r["node"] == "validate_citations"]
-    assert validations and all("problems" in v or "cut" in v for v in validations)
-    assert answer["refused"] and answer["termination_reason"] == "no_valid_citations"
+    assert validations[:-1] and all("problems" in v or "cut" in v for v in validations[:-1])
+    assert validations[-2].endswith("extractive fallback") and validations[-1] == "all sentences cited and supported"
+    sources = " ".join([*DOCS.values(), TOLL.format(tail=INJECTION)])
+    sentences = [s.strip() for s in re.sub(r"\s*\[\d+\]", "", text).split(". ") if s.strip()]
+    assert sentences and all(s.rstrip(".") in sources for s in sentences), sentences
+    assert not answer["refused"] and answer["citations"]
 
 
 async def test_the_injection_does_not_change_what_the_graph_does(tmp_path: Path, store: Store) -> None:
