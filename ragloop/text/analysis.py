@@ -7,6 +7,7 @@ question asks about, so the critique can say which of them no cited sentence cov
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -118,6 +119,43 @@ def entities(text: str) -> set[str]:
             words = words[1:]
         if words:
             out.add(" ".join(words))
+    return out
+
+
+_IDENTIFIER = re.compile(r"\w+(?:\.\w+)+|\w*_\w*")
+
+
+def _name_words(text: str) -> set[str]:
+    """Unstemmed words, plus each plural's singular: names must match as written ("Marshall" is
+    not `marshal`), but "the Normans" are mentioned by "the Norman conquest"."""
+    words = set(_tokenizer(False).tokenize(text))
+    return words | {w[:-1] for w in words if len(w) > 3 and w.endswith("s")}
+
+
+def _mentioned(word: str, bag: set[str]) -> bool:
+    """Exact, or a shared stem of at least 5 letters with at most 3 letters either side
+    ("Europe" / "European", a typo's extra letter "Raouliii" / "Raoulii")."""
+    if word in bag:
+        return True
+    if len(word) < 5:
+        return False
+    return any(len(w) >= 5 and abs(len(w) - len(word)) <= 3 and (w.startswith(word) or word.startswith(w)) for w in bag)
+
+
+def ungrounded_entities(question: str, passages: Sequence[str]) -> list[str]:
+    """The question's names that no single passage mentions (every word of the name in one
+    passage). A name no retrieved passage knows is the clearest sign that a question is about
+    something other than the collection: "the Marshall Plan" retrieves the `marshal` module,
+    "Jackson" the json docs."""
+    names = entities(_IDENTIFIER.sub(" ", question))  # `multiprocessing.ProcessError` is an API, not a name
+    if not names:
+        return []
+    bags = [_name_words(p) for p in passages]
+    out = []
+    for name in sorted(names):
+        words = {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in _tokenizer(False).tokenize(name)}
+        if words and not any(all(_mentioned(w, bag) for w in words) for bag in bags):
+            out.append(name)
     return out
 
 

@@ -126,13 +126,14 @@ def test_blank_query_or_zero_k_does_not_call_the_server(server: SearchServer) ->
 
 # slow ------------------------------------------------------------------------------------------
 def test_slow_server_times_out_through_the_guard(server: SearchServer) -> None:
-    server.script(slow(3.0))
-    p = GuardedProvider(SearxNGProvider(server.url, timeout_s=10.0), timeout_s=0.3)
+    server.script(slow(5.0))
+    p = GuardedProvider(SearxNGProvider(server.url, timeout_s=10.0), timeout_s=1.0)
     start = time.monotonic()
-    with pytest.raises(SearchTimeout, match=r"searxng: no answer within 0\.3 s"):
+    with pytest.raises(SearchTimeout, match=r"searxng: no answer within 1(\.0)? s"):
         run(lambda: search_once(p))
-    assert time.monotonic() - start < 0.3 + 0.7
-    assert server.hits == 1 and p.breaker.failures == 1
+    assert time.monotonic() - start < 1.0 + 1.5  # the guard's timeout, not the slow server's 5 s
+    # on a loaded machine the cancelled request may not have reached the server yet
+    assert server.hits <= 1 and p.breaker.failures == 1
 
 
 def test_slow_server_times_out_on_the_client_timeout(server: SearchServer) -> None:

@@ -23,3 +23,32 @@ def test_coverage_names_what_is_missing_in_the_questions_words() -> None:
     assert a.word("treati") == "treaty"
     full, none = coverage(a, "In 911 Rollo signed a treaty with King Charles III; that year mattered.")
     assert full == 1.0 and none == []
+
+
+def test_ungrounded_entities_need_every_word_of_a_name_in_one_passage() -> None:
+    from ragloop.text.analysis import ungrounded_entities
+
+    marshal = "marshal.version: indicates the format that the module uses."
+    assert ungrounded_entities("What was the Marshall Plan?", [marshal]) == ["Marshall Plan"]
+    assert ungrounded_entities("What was the Marshall Plan?", ["The Marshall Plan was an aid program."]) == []
+    # each word somewhere, but never together in one passage, is not a mention
+    assert ungrounded_entities("Where is Port Louis?", ["A port.", "Louis wrote it."]) == ["Port Louis"]
+    # stems: a plural name matches its singular; questions without names are never flagged
+    assert ungrounded_entities("When did the Normans arrive?", ["The Norman conquest began."]) == []
+    assert ungrounded_entities("how do I walk a directory tree?", ["nothing relevant"]) == []
+
+
+def test_ungrounded_entities_forgive_inflection_and_a_typo_but_not_another_name() -> None:
+    from ragloop.text.analysis import ungrounded_entities
+
+    assert ungrounded_entities("How long did Western Europe control Cyprus?", ["western European rule of Cyprus"]) == []
+    assert ungrounded_entities("What were the origins of the Raouliii family?", ["The Raoulii family"]) == []
+    assert ungrounded_entities("Who wrote for Jackson?", ["json.dumps serialises"]) == ["Jackson"]
+
+
+def test_api_names_in_a_question_are_not_names_to_ground() -> None:
+    from ragloop.text.analysis import ungrounded_entities
+
+    passage = "exception multiprocessing.ProcessError: the base class of all multiprocessing exceptions."
+    assert ungrounded_entities("How do I use multiprocessing.ProcessError?", [passage]) == []
+    assert ungrounded_entities("What does ipaddress.IPv4Interface.with_prefixlen return?", ["nothing"]) == []

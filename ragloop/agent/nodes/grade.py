@@ -2,7 +2,11 @@
 
 Each chunk gets P(it answers the question) from the grading scorer, in one batched call.
 CORRECT if any score >= tau_U, INCORRECT if all are < tau_L, else AMBIGUOUS; only chunks at or
-above tau_L go forward to refinement.
+above tau_L go forward to refinement. With `entity_grounding`, a question naming something that
+no retrieved passage mentions (text, title or heading path) is INCORRECT whatever the scores:
+lexically similar chunks about something else (`marshal` for "the Marshall Plan") grade well
+enough to be answered from, and that is the common way an out-of-corpus question gets a wrong
+answer.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import RetrievedChunk, Verdict
+from ragloop.text.analysis import ungrounded_entities
 
 
 def verdict_for(scores: list[float], tau_upper: float, tau_lower: float) -> Verdict:
@@ -22,6 +27,10 @@ def verdict_for(scores: list[float], tau_upper: float, tau_lower: float) -> Verd
 
 def usable(chunks: list[RetrievedChunk], tau_lower: float) -> list[RetrievedChunk]:
     return sorted((c for c in chunks if c.grade is not None and c.grade >= tau_lower), key=lambda c: -(c.grade or 0.0))
+
+
+def _passage(c: RetrievedChunk) -> str:
+    return " ".join([c.title, *c.heading_path, c.text])
 
 
 async def grade(state: AgentState, rt: Runtime) -> NodeResult:
@@ -38,7 +47,11 @@ async def grade(state: AgentState, rt: Runtime) -> NodeResult:
     scores = [c.grade for c in by_id.values() if c.grade is not None]
     verdict = verdict_for(scores, cfg.tau_upper, cfg.tau_lower)
     best = max(scores, default=0.0)
-    if verdict == "CORRECT":
+    missing = ungrounded_entities(question, [_passage(c) for c in by_id.values()]) if cfg.entity_grounding else []
+    if missing and verdict != "INCORRECT":
+        verdict = "INCORRECT"
+        reason = f"no retrieved passage mentions {', '.join(repr(m) for m in missing)} (best chunk {best:.2f})"
+    elif verdict == "CORRECT":
         reason = f"best chunk scores {best:.2f} >= tau_U {cfg.tau_upper}"
     elif verdict == "INCORRECT":
         reason = f"all {len(scores)} chunks score below tau_L {cfg.tau_lower} (best {best:.2f})"
@@ -50,7 +63,8 @@ async def grade(state: AgentState, rt: Runtime) -> NodeResult:
         detail={
             "reason": reason,
             "scores": {c.chunk_id: round(c.grade or 0.0, 4) for c in graded},
-            "kept": [c.chunk_id for c in usable(list(by_id.values()), cfg.tau_lower)],
+            "kept": [] if missing else [c.chunk_id for c in usable(list(by_id.values()), cfg.tau_lower)],
+            "ungrounded_entities": missing,
             "scorer": rt.grade_scorer.name,
         },
     )

@@ -1,0 +1,33 @@
+"""The grader's entity gate: a question naming something no retrieved passage mentions is
+INCORRECT whatever the chunk scores, and the graph refuses instead of answering from a lexically
+similar chunk."""
+
+from __future__ import annotations
+
+from ragloop.retrieval.collection import Collection
+from tests.agent.conftest import ask, build_agent, cfg, keyword_scorer, records
+
+
+def test_a_name_the_collection_never_mentions_is_refused_despite_high_grades(coll: Collection) -> None:
+    # every chunk about the bridge grades 0.9: without the gate this question would be answered
+    agent = build_agent(coll, cfg(entity_grounding=True), grade=keyword_scorer("Bridge", hi=0.9))
+    ans = ask(agent, "Who painted the Golden Gate Bridge?")
+    grades = records(ans, "grade")
+    assert grades and all(r.decision == "INCORRECT" for r in grades)
+    assert grades[0].detail["ungrounded_entities"] == ["Golden Gate Bridge"]
+    assert "no retrieved passage mentions 'Golden Gate Bridge'" in grades[0].detail["reason"]
+    assert ans.refused and not ans.citations
+
+
+def test_a_name_the_collection_mentions_passes_the_gate(coll: Collection) -> None:
+    agent = build_agent(coll, cfg(entity_grounding=True), grade=keyword_scorer("Zorblat", hi=0.9))
+    ans = ask(agent, "When was the Zorblat Bridge completed?")
+    first = records(ans, "grade")[0]
+    assert first.decision == "CORRECT" and first.detail["ungrounded_entities"] == []
+    assert not ans.refused and "1887" in ans.answer
+
+
+def test_the_gate_can_be_switched_off(coll: Collection) -> None:
+    agent = build_agent(coll, cfg(entity_grounding=False), grade=keyword_scorer("Bridge", hi=0.9))
+    first = records(ask(agent, "Who painted the Golden Gate Bridge?"), "grade")[0]
+    assert first.decision == "CORRECT" and first.detail["ungrounded_entities"] == []
