@@ -140,7 +140,7 @@ class AgentConfig(_Knobs):
     tau_upper: float = Field(default=0.7, ge=0.0, le=1.0)
     tau_lower: float = Field(default=0.3, ge=0.0, le=1.0)
     entity_grounding: bool = Field(
-        default=True, description="INCORRECT when a name in the question appears in no retrieved passage"
+        default=True, description="AMBIGUOUS becomes INCORRECT when a name in the question is in no retrieved passage"
     )
     refine_threshold: float = Field(default=0.1, ge=0.0, le=1.0)
     refine_min_keep: int = Field(default=4, ge=0, description="strips kept whatever their score")
