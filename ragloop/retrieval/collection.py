@@ -268,7 +268,7 @@ class Collection:
         """Fill the embedding cache with what the scorers will embed for these chunks (their
         sentences, strips and whole text), so grading, refining and reranking find it there."""
         texts = list(dict.fromkeys(t for ch in chunks for t in passage_embed_texts(ch.text)))
-        step = 256
+        step = 64  # one embed call is one uninterruptible ONNX run: keep Ctrl-C prompt
         for i in range(0, len(texts), step):
             embedder.embed(texts[i : i + step])
             if progress:
