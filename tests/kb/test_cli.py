@@ -85,7 +85,16 @@ def test_sigint_during_ingest_keeps_the_previous_index(tmp_path: Path, ragloop_h
     ragloop("ingest", str(docs), "-c", "kb", home=ragloop_home)
     write_squad_docs(docs, articles=5)  # ~250 more paragraphs: many seconds of embedding, even on a fast machine
     env = dict(os.environ, RAGLOOP_HOME=str(ragloop_home))
-    proc = subprocess.Popen([*RAGLOOP, "ingest", str(docs), "-c", "kb"], env=env, stderr=subprocess.PIPE, text=True)
+    # a background job of a non-interactive shell (how CI may run us) inherits SIGINT ignored, and
+    # Python then never raises KeyboardInterrupt: give the child the default disposition, as a
+    # terminal would
+    proc = subprocess.Popen(
+        [*RAGLOOP, "ingest", str(docs), "-c", "kb"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     cache = ragloop_home / "cache" / "embeddings.sqlite"
     try:
         deadline = time.time() + 120
