@@ -30,18 +30,19 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 from _common import BENCH_HOME, REPO, RESULTS_DIR, machine
 
 os.environ.setdefault("RAGLOOP_HOME", str(BENCH_HOME))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ragloop.config import Settings
+from ragloop.config import PipelineConfig, Settings
 from ragloop.evaluation.ablations import MAIN, TOGGLES, load_config
 from ragloop.evaluation.judge import calibrations_path, load_calibrations
 from ragloop.evaluation.report import Report, build_report, write_report
 from ragloop.evaluation.runner import run_suite
-from ragloop.evaluation.suites import load_suite, sample_items
+from ragloop.evaluation.suites import EvalItem, Suite, load_suite, sample_items
 
 OUT = RESULTS_DIR / "eval"
 RUNS = BENCH_HOME / "eval" / "runs"
@@ -97,6 +98,41 @@ def reference_section(rep: Report, squad_noans_share: float | None) -> str:
         "2.0, whose unanswerable questions are on-topic and written to look answerable, and on MTRAG-UN.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def run_one(
+    suite: Suite,
+    items: list[EvalItem],
+    name: str,
+    cfg: PipelineConfig,
+    runs: Path,
+    args: argparse.Namespace,
+    settings: Settings,
+    every: int,
+) -> str:
+    """One resumable run of `cfg` on `items` under `runs/<suite>/<name>`, with progress every
+    `every` items; returns the timing line for the report."""
+    t0 = time.perf_counter()
+    print(f"== {suite.name} × {name}: {len(items)} items", flush=True)
+
+    def progress(rec: dict[str, object], done: int, total: int) -> None:
+        if done % every == 0 or done == total:
+            el = time.perf_counter() - t0
+            print(f"   {done}/{total} ({el:.0f} s, {el / done:.2f} s/item)", flush=True)
+
+    res = run_suite(
+        suite,
+        name,
+        cfg,
+        runs / suite.name / name,
+        settings=settings,
+        items=items,
+        workers=args.workers,
+        seed=args.seed,
+        on_item=progress,
+    )
+    print(f"   done: {res.to_json()}", flush=True)
+    return f"{suite.name}/{name} {res.ran} items in {(time.perf_counter() - t0) / 60:.1f} min"
 
 
 def main() -> None:
@@ -162,27 +198,7 @@ def main() -> None:
             n = args.squad_sample if suite_name == "squad" else args.mtrag_sample if suite_name == "mtrag" else 0
             items = sample_items(suite.items, sample=n or None, seed=args.seed)
             name, cfg = load_config(cfg_name)
-            t0 = time.perf_counter()
-            print(f"== {suite_name} × {name}: {len(items)} items", flush=True)
-
-            def progress(rec: dict[str, object], done: int, total: int, t0: float = t0) -> None:
-                if done % 50 == 0 or done == total:
-                    el = time.perf_counter() - t0
-                    print(f"   {done}/{total} ({el:.0f} s, {el / done:.2f} s/item)", flush=True)
-
-            res = run_suite(
-                suite,
-                name,
-                cfg,
-                RUNS / suite.name / name,
-                settings=settings,
-                items=items,
-                workers=args.workers,
-                seed=args.seed,
-                on_item=progress,
-            )
-            timings.append(f"{suite_name}/{name} {res.ran} items in {(time.perf_counter() - t0) / 60:.1f} min")
-            print(f"   done: {res.to_json()}", flush=True)
+            timings.append(run_one(suite, items, name, cfg, RUNS, args, settings, every=50))
             report()
     report()
     print(f"total {(time.perf_counter() - started) / 60:.1f} min; repo {REPO}", flush=True)
@@ -219,26 +235,7 @@ def llm_main(args: argparse.Namespace) -> None:
             suite = load_suite(suite_name)
             items = sample_items(suite.items, sample=n or None, seed=args.seed)
             for name, cfg in configs:
-                t0 = time.perf_counter()
-                print(f"== {suite_name} × {name}: {len(items)} items", flush=True)
-
-                def progress(rec: dict[str, object], done: int, total: int, t0: float = t0) -> None:
-                    el = time.perf_counter() - t0
-                    print(f"   {done}/{total} ({el:.0f} s, {el / done:.1f} s/item)", flush=True)
-
-                res = run_suite(
-                    suite,
-                    name,
-                    cfg,
-                    LLM_RUNS / suite.name / name,
-                    settings=settings,
-                    items=items,
-                    workers=args.workers,
-                    seed=args.seed,
-                    on_item=progress,
-                )
-                timings.append(f"{suite_name}/{name} {res.ran} items in {(time.perf_counter() - t0) / 60:.1f} min")
-                print(f"   done: {res.to_json()}", flush=True)
+                timings.append(run_one(suite, items, name, cfg, LLM_RUNS, args, settings, every=1))
                 report()
     report()
     print(f"total {(time.perf_counter() - started) / 60:.1f} min", flush=True)
