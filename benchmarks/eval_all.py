@@ -148,6 +148,9 @@ def main() -> None:
     ap.add_argument("--llm", default="", help="run `full` with this chat model (and offline) on fixed samples")
     ap.add_argument("--llm-squad", type=int, default=100)
     ap.add_argument("--llm-mtrag", type=int, default=60)
+    ap.add_argument(
+        "--llm-seconds", type=float, default=0.0, help="the chat-model config's turn time budget (0 = the default)"
+    )
     args = ap.parse_args()
     if args.llm:
         llm_main(args)
@@ -209,7 +212,10 @@ def llm_main(args: argparse.Namespace) -> None:
     settings = Settings.from_env()
     _, full = load_config("full")
     tag = args.llm.split(":", 1)[-1]
-    configs = [("full", full), (f"full+{tag}", full.with_overrides(agent={"chat_model": args.llm}))]
+    agent: dict[str, object] = {"chat_model": args.llm}
+    if args.llm_seconds:
+        agent["budgets"] = {"max_seconds": args.llm_seconds}
+    configs = [("full", full), (f"full+{tag}", full.with_overrides(agent=agent))]
     started = time.perf_counter()
     timings: list[str] = []
     samples = {"squad": args.llm_squad, "mtrag": args.llm_mtrag}
@@ -218,13 +224,16 @@ def llm_main(args: argparse.Namespace) -> None:
         rep = build_report(LLM_RUNS, calibrations=load_calibrations(calibrations_path(settings)))
         extra = (
             "## How these numbers were produced\n\n"
-            f"Command: `.venv/bin/python benchmarks/eval_all.py --llm {args.llm}` "
+            f"Command: `.venv/bin/python benchmarks/eval_all.py --llm {args.llm}"
+            + (f" --llm-seconds {args.llm_seconds:g}" if args.llm_seconds else "")
+            + "` "
             f"(RAGLOOP_HOME=benchmarks/.home), {machine()['cpus']} CPUs, {args.workers} worker processes "
             f"(each loads its own copy of the model; llama.cpp threads per process: "
             f"{settings.llm_threads}). Fixed samples (seed {args.seed}): SQuAD 2.0 dev {args.llm_squad} "
             f"questions (stratified answerable/unanswerable), MTRAG-UN dev {args.llm_mtrag} tasks. Both "
             "configs run on the same items, so their differences are tested paired. Judge: the offline "
-            "`lexical` judge for both (an LLM judge would be the same model grading itself).\n\n"
+            "`lexical` judge for both (an LLM judge would be the same model grading itself). MTRAG tasks: "
+            "the thread is seeded with the reference conversation and only the last turn is answered.\n\n"
             + ("Runs: " + "; ".join(timings) + ".\n" if timings else "")
         )
         written = write_report(rep, LLM_OUT, f"Evaluation results: `full` offline vs `full` with {args.llm}", extra)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.errors import GraphRecursionError
 
 from ragloop.agent.graph import build_graph
@@ -212,6 +213,24 @@ class Agent:
         from ragloop.models.chat import run_sync
 
         return run_sync(self.aanswer(question, thread_id))
+
+    async def aseed(self, thread_id: str, turns: Sequence[tuple[Literal["user", "assistant"], str]]) -> None:
+        """Start a thread from a given conversation (oldest first) without answering it: the next
+        turn condenses against these messages exactly as against its own earlier turns. For
+        evaluations that test one turn of a reference conversation (MTRAG), and for importing a
+        conversation held elsewhere. Written as if `finalize` had just ended a turn, so the next
+        question starts a fresh run of the graph."""
+        if not turns:
+            return
+        msgs = [HumanMessage(content=t) if role == "user" else AIMessage(content=t) for role, t in turns]
+        async with self.memory.checkpointer() as saver:
+            graph = self._compiled.copy({"checkpointer": saver})
+            await graph.aupdate_state(self._limits(thread_id), {"messages": msgs}, as_node="finalize")
+        await asyncio.to_thread(self._log_seed, thread_id, turns)
+
+    def _log_seed(self, thread_id: str, turns: Sequence[tuple[str, str]]) -> None:
+        for role, text in turns:
+            self.log.append(thread_id, role, text, {"seeded": True})
 
     async def forget(self, thread_id: str) -> None:
         """Delete a conversation: its checkpoints and its full message log."""

@@ -12,8 +12,9 @@
   building the agent once; the parent is the only writer. `workers=1` runs in-process.
 - Deterministic: seeds are fixed (Python's and numpy's, per item from the run seed and item id);
   the offline pipeline has no sampling.
-- Multi-turn items feed their earlier user turns through the conversation path first (same
-  thread id, our own answers), then ask the last turn; the thread is deleted afterwards.
+- Multi-turn items go through the conversation path: with reference replies (MTRAG) the thread is
+  seeded with the reference conversation, otherwise the earlier user turns are asked first (same
+  thread id, our own answers); then the last turn is asked and the thread deleted.
 - Judged answer metrics (faithfulness, relevancy, context precision/recall, citations, judged
   correctness) are computed right after the answer, through the judge scorer, `judge_repeats`
   times (the spread is recorded). Everything else is recomputed from the record at report time.
@@ -211,8 +212,13 @@ class ItemRunner:
         thread = f"eval-{item.id}-{uuid.uuid4().hex[:8]}" if item.history else None
         history: list[dict[str, Any]] = []
         history_ms = 0.0
+        pairs = list(zip(item.history, item.history_replies, strict=False))
+        reference = bool(pairs) and len(item.history_replies) == len(item.history)
         try:
-            for q in item.history:
+            if reference and thread:
+                await agent.aseed(thread, [turn for q, a in pairs for turn in (("user", q), ("assistant", a))])
+                history = [{"question": q, "answer": a[:300], "reference": True} for q, a in pairs]
+            for q in [] if reference else item.history:
                 a = await agent.aanswer(q, thread)
                 history_ms += a.latency_ms
                 history.append(

@@ -39,7 +39,13 @@ class EvalItem:
     """answerable | unanswerable | partial | underspecified | vague."""
     should_refuse: bool
     history: tuple[str, ...] = ()
-    """Earlier user turns, oldest first: asked first in the same thread."""
+    """Earlier user turns, oldest first."""
+    history_replies: tuple[str, ...] = ()
+    """The reference conversation's replies to `history`, aligned (MTRAG). When present the
+    thread is seeded with the reference conversation and only the last turn is answered (MTRAG's
+    own protocol: each task tests one turn, not how our earlier answers steered the conversation,
+    and a task costs one graph run instead of ~4.3); when absent (golden sets) the earlier turns
+    are asked first and answered by the agent."""
     gold_docs: tuple[str, ...] = ()
     """Relevant passage ids (doc ids for a golden set); empty when the item should be refused."""
     gold_chunks: tuple[str, ...] = ()
@@ -55,7 +61,7 @@ class EvalItem:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EvalItem:
-        tup = ("history", "gold_docs", "gold_chunks", "answers", "topic_docs")
+        tup = ("history", "history_replies", "gold_docs", "gold_chunks", "answers", "topic_docs")
         fields: dict[str, Any] = {k: tuple(v) if k in tup else v for k, v in d.items()}
         return cls(**fields)
 
@@ -139,6 +145,7 @@ def mtrag_suite(datasets_dir: str | Path | None = None) -> Suite:
                 kind=kind,
                 should_refuse=kind == "unanswerable",
                 history=tuple(users[:-1]),
+                history_replies=tuple(turn.text for turn in t.turns if turn.speaker == "agent"),
                 gold_docs=() if kind == "unanswerable" else tuple(t.context_ids),
                 reference=t.reference_answer,
                 meta={"domain": t.domain, "turn": t.turn, "answerability": t.answerability},

@@ -34,3 +34,18 @@ def test_a_correct_verdict_stands_and_the_gate_can_be_switched_off(coll: Collect
     off = build_agent(coll, cfg(entity_grounding=False), grade=keyword_scorer("Bridge", hi=0.5))
     first = records(ask(off, "Who painted the Golden Gate Bridge?"), "grade")[0]
     assert first.decision == "AMBIGUOUS" and first.detail["ungrounded_entities"] == []
+
+
+def test_only_the_names_of_the_current_turn_must_be_grounded(coll: Collection) -> None:
+    # the follow-up's standalone question carries "Golden Gate Bridge" forward as context; the
+    # Zorblat passages never mention it, and that must not refuse a question they answer
+    agent = build_agent(coll, cfg(entity_grounding=True), grade=keyword_scorer("Bridge", hi=0.5))
+    assert ask(agent, "Who painted the Golden Gate Bridge?", thread_id="t-gate").refused
+    ans = ask(agent, "What about the Zorblat Bridge?", thread_id="t-gate")
+    assert "Golden Gate Bridge" in ans.standalone_question
+    first = records(ans, "grade")[0]
+    assert first.decision == "AMBIGUOUS" and first.detail["ungrounded_entities"] == []
+    assert not ans.refused
+    # a name the user writes in this turn is still checked
+    named = ask(agent, "What about the Golden Gate Bridge?", thread_id="t-gate")
+    assert records(named, "grade")[0].detail["ungrounded_entities"] == ["Golden Gate Bridge"]

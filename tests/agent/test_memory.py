@@ -235,3 +235,17 @@ def test_postgres_checkpointer_keeps_and_forgets_a_thread(coll: Collection) -> N
     assert checkpoint(agent, thread) is None
     assert agent.log.messages(thread) == []
     agent.memory.close()
+
+
+def test_a_seeded_conversation_is_condensed_like_one_the_agent_answered(coll: Collection) -> None:
+    agent = build_agent(coll, grade=keyword_scorer("Zorblat"))
+    asyncio.run(agent.aseed("t-seed", [("user", Q1), ("assistant", "It was completed in 1887 [1].")]))
+    seeded = checkpoint(agent, "t-seed")
+    assert seeded is not None and texts(seeded["messages"])[0] == Q1
+    ans = ask(agent, "How long is it?", thread_id="t-seed")
+    # the follow-up carries the earlier question's names, as it would after an answered turn
+    assert ans.standalone_question == "How long is it? (Zorblat Bridge)"
+    after = checkpoint(agent, "t-seed")
+    assert after is not None and texts(after["messages"])[:2] == [Q1, "It was completed in 1887 [1]."]
+    logged = [(m["role"], m["meta"].get("seeded", False)) for m in agent.log.messages("t-seed")]
+    assert logged == [("user", True), ("assistant", True), ("user", False), ("assistant", False)]

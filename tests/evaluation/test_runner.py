@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,21 @@ def test_records_hold_trace_gold_and_the_conversation_path(
     assert "Zorblat" in g6["standalone"]
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["finished"] and meta["version_id"] == tiny_config.version_id and meta["done"] == 6
+
+
+def test_reference_replies_seed_the_thread_and_only_the_last_turn_is_answered(
+    kb: Collection, golden_path: Path, tiny_config: PipelineConfig, tmp_path: Path
+) -> None:
+    g6 = next(i for i in golden_suite(golden_path, "kb").items if i.id == "g6")
+    item = replace(g6, history_replies=("It is a bridge [1].",))
+    suite = replace(golden_suite(golden_path, "kb"), items=[item])
+    _run(suite, tiny_config, tmp_path / "run")
+    (rec,) = read_records(tmp_path / "run" / "items.jsonl")
+    assert rec["history_turns"] == [
+        {"question": "Tell me about the Zorblat Bridge.", "answer": "It is a bridge [1].", "reference": True}
+    ]
+    assert rec["history_latency_ms"] == 0.0  # nothing was answered before the last turn
+    assert "Zorblat" in rec["standalone"] and not rec.get("error")
 
 
 def test_a_killed_run_resumes_without_redoing_finished_items(

@@ -34,6 +34,9 @@ def test_mtrag_items_feed_earlier_user_turns() -> None:
     assert kinds == {"answerable": 220, "unanswerable": 74, "underspecified": 64, "partial": 39}
     multi = next(i for i in suite.items if len(i.history) >= 2)
     assert multi.question not in multi.history and multi.reference
+    # the reference replies travel with the user turns, aligned, to seed the thread
+    assert len(multi.history_replies) == len(multi.history) and multi.history_replies[0] not in multi.history
+    assert all(len(i.history_replies) == len(i.history) for i in suite.items)
     assert all(i.gold_docs == () for i in suite.items if i.should_refuse)
     assert all(i.gold_docs for i in suite.items if i.kind in ("answerable", "partial"))
 
