@@ -2,8 +2,8 @@
 
 - `squad`: SQuAD 2.0 dev (12 articles). Every question; gold = its own paragraph; unanswerable
   questions should be refused (their paragraph is kept as `topic_docs`, not as gold).
-- `mtrag`: MTRAG-UN dev. The last user turn is the question; the earlier *user* turns are fed
-  first through the conversation path (same thread, our own answers); gold = the task's
+- `mtrag`: MTRAG-UN dev. The last user turn is the question; the thread is seeded with the
+  reference conversation before it (user and agent turns, `history` + `history_replies`); gold = the task's
   contexts; UNANSWERABLE tasks should be refused; UNDERSPECIFIED tasks are kept apart (the right
   reply is a clarifying question: their refusal rate is reported, they count in no accuracy).
 - `cacm`: CACM topics and qrels, retrieval only (no agent).
