@@ -145,6 +145,7 @@ def main() -> None:
     ap.add_argument("--suites", default="cacm,squad,mtrag")
     ap.add_argument("--toggles", action="store_true", help="also the single-node ablations on the SQuAD sample")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--name", default="", help="a partial rerun kept apart: results/eval/NAME, .home/eval/runs-NAME")
     ap.add_argument("--llm", default="", help="run `full` with this chat model (and offline) on fixed samples")
     ap.add_argument("--llm-squad", type=int, default=100)
     ap.add_argument("--llm-mtrag", type=int, default=60)
@@ -157,6 +158,7 @@ def main() -> None:
         return
 
     settings = Settings.from_env()
+    out, runs = (OUT / args.name, BENCH_HOME / "eval" / f"runs-{args.name}") if args.name else (OUT, RUNS)
     configs = [c for c in args.configs.split(",") if c]
     plan: list[tuple[str, str]] = [(s, c) for s in args.suites.split(",") if s for c in configs]
     if args.toggles:
@@ -173,11 +175,13 @@ def main() -> None:
     )
 
     def report() -> None:
-        rep = build_report(RUNS, calibrations=load_calibrations(calibrations_path(settings)))
+        rep = build_report(runs, calibrations=load_calibrations(calibrations_path(settings)))
         total = time.perf_counter() - started
         extra = (
             "## How these numbers were produced\n\n"
-            f"Command: `.venv/bin/python benchmarks/eval_all.py` (RAGLOOP_HOME=benchmarks/.home), "
+            "Command: `.venv/bin/python benchmarks/eval_all.py"
+            + (f" --name {args.name} --suites {args.suites}" if args.name else "")
+            + "` (RAGLOOP_HOME=benchmarks/.home), "
             f"{machine()['cpus']} CPUs shared with other jobs, offline default pipeline (no chat model). "
             f"SQuAD: {squad_desc}; "
             f"MTRAG-UN: {'all tasks' if not args.mtrag_sample else f'{args.mtrag_sample} tasks (seed {args.seed})'}; "
@@ -192,7 +196,7 @@ def main() -> None:
             )
             + reference_section(rep, noans_share)
         )
-        written = write_report(rep, OUT, "Evaluation results: ablations with the offline default pipeline", extra)
+        written = write_report(rep, out, "Evaluation results: ablations with the offline default pipeline", extra)
         print(f"report: {written['report']} ({len(written['charts'])} charts)", flush=True)
 
     if not args.report_only:
@@ -201,7 +205,7 @@ def main() -> None:
             n = args.squad_sample if suite_name == "squad" else args.mtrag_sample if suite_name == "mtrag" else 0
             items = sample_items(suite.items, sample=n or None, seed=args.seed)
             name, cfg = load_config(cfg_name)
-            timings.append(run_one(suite, items, name, cfg, RUNS, args, settings, every=50))
+            timings.append(run_one(suite, items, name, cfg, runs, args, settings, every=50))
             report()
     report()
     print(f"total {(time.perf_counter() - started) / 60:.1f} min; repo {REPO}", flush=True)

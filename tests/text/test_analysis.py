@@ -52,3 +52,17 @@ def test_api_names_in_a_question_are_not_names_to_ground() -> None:
     passage = "exception multiprocessing.ProcessError: the base class of all multiprocessing exceptions."
     assert ungrounded_entities("How do I use multiprocessing.ProcessError?", [passage]) == []
     assert ungrounded_entities("What does ipaddress.IPv4Interface.with_prefixlen return?", ["nothing"]) == []
+
+
+def test_ungrounded_entities_ignore_a_lone_capital_opening_a_sentence() -> None:
+    from ragloop.text.analysis import ungrounded_entities
+
+    unrelated = ["A passage about floods and insurance."]
+    # a lone capitalised word opening a sentence
+    assert ungrounded_entities("Sorry, I want to ask what we do after a flood.", unrelated) == []
+    assert ungrounded_entities("That is fine. Anyway, what about floods?", unrelated) == []
+    assert ungrounded_entities("Briefly narrate the story of this novel.", unrelated) == []
+    # names with company, or inside a sentence, still count
+    assert ungrounded_entities("Electoral College rules?", unrelated) == ["Electoral College"]
+    assert ungrounded_entities("So, do you have a number for Vanguard?", unrelated) == ["Vanguard"]
+    assert ungrounded_entities("Who painted the Golden Gate Bridge?", unrelated) == ["Golden Gate Bridge"]
