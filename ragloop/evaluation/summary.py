@@ -230,13 +230,16 @@ def compare(a: ConfigRun, b: ConfigRun, metric: str, resamples: int = 1000) -> P
 
 
 def comparison_pairs(configs: Sequence[str]) -> list[tuple[str, str]]:
+    """Which configs are compared paired: each against `baseline`, `full` against
+    `hybrid_rerank`, each single-node toggle (`no_*`) and each variant (`full+<chat model>`)
+    against `full`."""
     pairs: list[tuple[str, str]] = []
     if "baseline" in configs:
         pairs += [("baseline", c) for c in configs if c != "baseline"]
     if "hybrid_rerank" in configs and "full" in configs:
         pairs.append(("hybrid_rerank", "full"))
     if "full" in configs:
-        pairs += [("full", c) for c in configs if c.startswith("no_")]
+        pairs += [("full", c) for c in configs if c.startswith(("no_", "full+"))]
     return list(dict.fromkeys(pairs))
 
 

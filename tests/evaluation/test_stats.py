@@ -77,3 +77,14 @@ def test_bootstrap_percentile() -> None:
     est = bootstrap_percentile(vals, 50, resamples=300)
     assert est.value == pytest.approx(50.5)
     assert est.lo < 50.5 < est.hi
+
+
+def test_every_variant_is_compared_paired_with_its_reference_config() -> None:
+    from ragloop.evaluation.summary import comparison_pairs
+
+    pairs = comparison_pairs(["baseline", "hybrid_rerank", "full", "no_refine", "full+qwen2.5-coder-1.5b"])
+    assert ("full", "full+qwen2.5-coder-1.5b") in pairs and ("full", "no_refine") in pairs
+    assert ("hybrid_rerank", "full") in pairs and ("baseline", "full") in pairs
+    # the paired LLM report has no baseline: the chat-model variant is still tested against `full`
+    assert comparison_pairs(["full", "full+qwen2.5-coder-1.5b"]) == [("full", "full+qwen2.5-coder-1.5b")]
+    assert comparison_pairs(["hybrid", "hybrid_rerank"]) == []
