@@ -8,9 +8,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
 from ragloop.agent.graph import build_graph
@@ -225,7 +226,9 @@ class Agent:
         msgs = [HumanMessage(content=t) if role == "user" else AIMessage(content=t) for role, t in turns]
         async with self.memory.checkpointer() as saver:
             graph = self._compiled.copy({"checkpointer": saver})
-            await graph.aupdate_state(self._limits(thread_id), {"messages": msgs}, as_node="finalize")
+            await graph.aupdate_state(
+                cast(RunnableConfig, self._limits(thread_id)), {"messages": msgs}, as_node="finalize"
+            )
         await asyncio.to_thread(self._log_seed, thread_id, turns)
 
     def _log_seed(self, thread_id: str, turns: Sequence[tuple[str, str]]) -> None:

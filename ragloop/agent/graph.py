@@ -23,7 +23,7 @@ from ragloop.agent.nodes.refine import refine
 from ragloop.agent.nodes.retrieve import retrieve
 from ragloop.agent.nodes.rewrite import rewrite
 from ragloop.agent.nodes.validate import validate_citations
-from ragloop.agent.runtime import NodeResult, Runtime
+from ragloop.agent.runtime import NodeResult, Runtime, budget_exceeded
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import TraceRecord
 
@@ -41,17 +41,6 @@ NODES: dict[str, NodeFn] = {
     "finalize": finalize,
     "refuse": refuse,
 }
-
-
-def budget_exceeded(state: AgentState, rt: Runtime) -> str | None:
-    b = rt.config.agent.budgets
-    if state.get("steps", 0) >= b.max_steps:
-        return "budget_steps"
-    if state.get("model_calls", 0) >= b.max_model_calls and rt.chat is not None:
-        return "budget_model_calls"
-    if time.time() - state.get("started_at", time.time()) > b.max_seconds:
-        return "budget_time"
-    return None
 
 
 def _bind(name: str, fn: NodeFn, rt: Runtime) -> Callable[[AgentState], Awaitable[dict[str, Any]]]:
@@ -81,9 +70,18 @@ def _bind(name: str, fn: NodeFn, rt: Runtime) -> Callable[[AgentState], Awaitabl
     return node
 
 
-def _end_early(state: AgentState) -> str:
-    """A turn cut short ends with the latest validated answer if there is one, else refuses."""
-    return "finalize" if state.get("validated_answer") else "refuse"
+def _end_early(state: AgentState, rt: Runtime) -> str:
+    """A turn cut short ends with the latest validated answer if there is one. Without one, a
+    chat-model turn that has usable context gets one extractive draft first (milliseconds; still
+    validated): a slow model that ran out of time or calls has not shown that the context cannot
+    answer. The step budget is a loop guard and ends the turn at once."""
+    if state.get("validated_answer"):
+        return "finalize"
+    untried = not state.get("extractive") or state.get("validation") == "fallback"  # flagged, not yet drafted
+    slow = budget_exceeded(state, rt) in ("budget_time", "budget_model_calls")  # not the step guard
+    if rt.chat is not None and state.get("kept") and untried and slow:
+        return "generate"
+    return "refuse"
 
 
 def build_graph(rt: Runtime) -> StateGraph:
@@ -102,7 +100,7 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def after_grade(state: AgentState) -> str:
         if budget_exceeded(state, rt):
-            return _end_early(state)
+            return _end_early(state, rt)
         if state.get("cycle", 0) > 0:
             return "refine"
         verdict = state.get("verdict")
@@ -114,7 +112,7 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def after_rewrite(state: AgentState) -> str:
         if budget_exceeded(state, rt):
-            return _end_early(state)
+            return _end_early(state, rt)
         last = state["trace"][-1].detail if state.get("trace") else {}
         if last.get("duplicate"):
             return no_context(state)
@@ -122,14 +120,14 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def after_refine(state: AgentState) -> str:
         if budget_exceeded(state, rt):
-            return _end_early(state)
+            return _end_early(state, rt)
         if state.get("kept"):
             return "generate"
         return "finalize" if state.get("cycle", 0) > 0 and state.get("validation") == "ok" else no_context(state)
 
     def after_validate(state: AgentState) -> str:
         if budget_exceeded(state, rt):
-            return _end_early(state)
+            return _end_early(state, rt)
         status = state.get("validation")
         if status in ("retry", "fallback"):
             return "generate"

@@ -8,6 +8,8 @@ to trace or to count its step.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,3 +84,16 @@ class Runtime:
         if self.chat is None:
             raise RuntimeError("no chat model configured")
         return await self.chat.request(req)
+
+
+def budget_exceeded(state: Mapping[str, Any], rt: Runtime) -> str | None:
+    """The budget a turn has spent, if any (checked between nodes, and by `generate`, which
+    turns extractive once a budget is spent)."""
+    b = rt.config.agent.budgets
+    if state.get("steps", 0) >= b.max_steps:
+        return "budget_steps"
+    if state.get("model_calls", 0) >= b.max_model_calls and rt.chat is not None:
+        return "budget_model_calls"
+    if time.time() - state.get("started_at", time.time()) > b.max_seconds:
+        return "budget_time"
+    return None

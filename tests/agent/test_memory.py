@@ -249,3 +249,25 @@ def test_a_seeded_conversation_is_condensed_like_one_the_agent_answered(coll: Co
     assert after is not None and texts(after["messages"])[:2] == [Q1, "It was completed in 1887 [1]."]
     logged = [(m["role"], m["meta"].get("seeded", False)) for m in agent.log.messages("t-seed")]
     assert logged == [("user", True), ("assistant", True), ("user", False), ("assistant", False)]
+
+
+def test_an_llm_condensation_that_answers_or_changes_the_question_is_not_used(coll: Collection) -> None:
+    from ragloop.agent.nodes.condense import usable_rewrite
+
+    assert usable_rewrite("How long is the Zorblat Bridge?", "How long is it?")
+    assert not usable_rewrite("The Zorblat Bridge is 300 m long.", "How long is it?")  # an answer
+    assert not usable_rewrite(
+        "What are the best neighborhoods to buy a house?", "Savings accounts are not good investments."
+    )
+    replies = iter(["It was completed in 1887 by the engineer Ada Vell.", "How long is the Zorblat Bridge?"])
+    chat = RoutedChat(condense=lambda _p, _n: next(replies))
+    agent = build_agent(coll, chat=chat, grade=keyword_scorer("Zorblat"))
+    ask(agent, Q1, thread_id="t-guard")
+    rejected = ask(agent, "And who designed it?", thread_id="t-guard")
+    how = records(rejected, "condense")[0].decision
+    assert how.startswith("offline (llm rewrite rejected: 'It was completed") and how.endswith("offline carry-forward")
+    assert rejected.standalone_question == "And who designed it? (Zorblat Bridge)"
+    used = ask(agent, "How long is it?", thread_id="t-guard")
+    assert (
+        records(used, "condense")[0].decision == "llm" and used.standalone_question == "How long is the Zorblat Bridge?"
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import time
 from typing import Any, get_args
 
 import pytest
@@ -19,7 +20,7 @@ from ragloop.agent.types import REFUSAL_REASONS, TerminationReason
 from ragloop.config import PipelineConfig
 from ragloop.models.chat.testing import TestModel
 from ragloop.models.errors import ModelTimeoutError
-from ragloop.models.scoring import FunctionScorer
+from ragloop.models.scoring import FixedScorer, FunctionScorer
 from ragloop.retrieval.collection import Collection
 from tests.agent.conftest import (
     DOCS,
@@ -314,3 +315,34 @@ def test_an_agent_built_from_a_runtime_uses_the_runtime_budgets(coll: Collection
     assert ans.termination_reason == "budget_steps" and not ans.refused
     assert config.agent.budgets.max_steps <= len(ans.trace.records) <= config.agent.budgets.max_steps + STEP_MARGIN
     assert ans.pipeline_version == config.version_id
+
+
+def test_a_chat_model_out_of_time_without_a_valid_draft_answers_extractively_not_refuses(coll: Collection) -> None:
+    # the model is slow and cannot cite: by the time its draft fails validation the turn's time is
+    # spent, and the context it was given still answers the question through the extractive composer
+    def slow_uncited(_prompt: str, _n: int) -> str:
+        time.sleep(0.4)
+        return "It was finished long ago."
+
+    config = cfg(budgets={"max_seconds": 0.3})
+    ans = ask(build_agent(coll, config, chat=RoutedChat(generate=slow_uncited), grade=keyword_scorer("Zorblat")), Q)
+    assert ans.termination_reason == "budget_time" and not ans.refused
+    gens = records(ans, "generate")
+    assert gens[-1].decision == "extractive: budget_time spent before a validated answer"
+    assert "1887" in ans.answer and ans.citations and ans.trace.nodes()[-1] == "finalize"
+    # the extractive draft was validated like any other
+    assert records(ans, "validate_citations")[-1].decision == "all sentences cited and supported"
+
+
+def test_an_out_of_time_extractive_draft_that_fails_validation_still_refuses(coll: Collection) -> None:
+    def slow_uncited(_prompt: str, _n: int) -> str:
+        time.sleep(0.4)
+        return "It was finished long ago."
+
+    config = cfg(budgets={"max_seconds": 0.3})
+    agent = build_agent(
+        coll, config, chat=RoutedChat(generate=slow_uncited), grade=keyword_scorer("Zorblat"), support=FixedScorer(0.0)
+    )
+    ans = ask(agent, Q)
+    assert ans.refused and ans.termination_reason == "budget_time" and ans.citations == []
+    assert [r.node for r in records(ans, "generate")] == ["generate", "generate"]  # one extractive try, no loop

@@ -78,6 +78,17 @@ async def _llm_condense(history: str, question: str, rt: Runtime) -> tuple[str, 
     return resp.text.strip().splitlines()[0].strip() if resp.text.strip() else question, resp.usage.total_tokens
 
 
+def usable_rewrite(candidate: str, question: str) -> bool:
+    """A condensed question must still be a question, and still this one: end with "?" and keep
+    at least half of the question's content terms. Small models given a long conversation often
+    answer the question instead ("To migrate from Discovery v1 to v2, you ...") or swap in another
+    ("What are the best neighborhoods to buy a house?" for a remark about savings accounts):
+    either would be retrieved for, graded and answered as if the user had asked it."""
+    have = content_terms(question)
+    kept = content_terms(candidate) & have
+    return candidate.rstrip().endswith("?") and (not have or len(kept) >= 0.5 * len(have))
+
+
 async def _llm_summary(previous: str, exchanges: str, rt: Runtime) -> tuple[str, int]:
     prompt = (
         "Update the running summary of a conversation. Keep ALL content of the existing summary verbatim, then "
@@ -113,13 +124,18 @@ async def condense(state: AgentState, rt: Runtime) -> NodeResult:
                 f"{'User' if isinstance(m, HumanMessage) else 'Assistant'}: {_text(m)[:500]}" for m in earlier[-6:]
             )
             try:
-                standalone, t = await _llm_condense(history, question, rt)
-                tokens, calls, how = tokens + t, calls + 1, "llm"
+                candidate, t = await _llm_condense(history, question, rt)
+                tokens, calls = tokens + t, calls + 1
+                if usable_rewrite(candidate, question):
+                    standalone, how = candidate, "llm"
+                else:
+                    how = f"offline (llm rewrite rejected: {candidate[:80]!r})"
             except ModelError as exc:
                 how = f"offline (llm failed: {type(exc).__name__})"
-        if how != "llm":
+        if how == "first turn" or how.startswith("offline"):
             standalone = carry_forward(question, earlier_questions) if is_follow_up(question) else question
-            how = "offline carry-forward" if standalone != question else "standalone already"
+            label = "offline carry-forward" if standalone != question else "standalone already"
+            how = label if how == "first turn" else f"{how}; {label}"
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     if len(humans) >= cfg.summarize_after:
         keep_from = len(earlier) - 2 * cfg.keep_exchanges

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ragloop.agent import prompts
 from ragloop.agent.nodes.validate import sentence_key
-from ragloop.agent.runtime import NodeResult, Runtime
+from ragloop.agent.runtime import NodeResult, Runtime, budget_exceeded
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import Citation, KeptStrip
 from ragloop.models.chat import ChatRequest
@@ -86,7 +86,8 @@ async def generate(state: AgentState, rt: Runtime) -> NodeResult:
     question = state.get("standalone") or state["question"]
     citations, texts, numbers = number_sources(state)
     corrections = state.get("corrections") or []
-    if rt.chat is not None and not state.get("extractive"):
+    spent = budget_exceeded(state, rt) if rt.chat is not None else None
+    if rt.chat is not None and not state.get("extractive") and not spent:
         req = ChatRequest.user(
             prompts.generate_user(question, prompts.sources_block(citations, texts), corrections),
             system=prompts.GENERATE_SYSTEM.format(max_sentences=cfg.max_answer_sentences + 2),
@@ -106,12 +107,17 @@ async def generate(state: AgentState, rt: Runtime) -> NodeResult:
             failure = f"llm failed ({type(exc).__name__}); extractive fallback"
         else:  # pragma: no cover - returned above
             failure = ""
+    elif spent:
+        failure = f"extractive: {spent} spent before a validated answer"
     else:
         failure = "extractive fallback: the chat model's drafts failed validation" if state.get("extractive") else ""
     avoid = set(state.get("unsupported") or [])
     answer = compose(state.get("kept") or [], numbers, cfg.max_answer_sentences, avoid, cfg.answer_floor)
+    update: dict[str, object] = {"pending_answer": answer, "pending_citations": citations}
+    if spent:
+        update["extractive"] = True  # one extractive draft; if it fails too, the turn refuses
     return NodeResult(
-        update={"pending_answer": answer, "pending_citations": citations},
+        update=update,
         decision=failure or f"extractive answer from {len(citations)} sources",
         detail={"sources": [c.chunk_id for c in citations], "avoided": sorted(avoid)},
     )
