@@ -141,15 +141,15 @@ def test_requests_per_minute_spaces_requests_at_the_server(server: ScriptedServe
 
     async def burst() -> None:
         async with model:
-            for _ in range(3):
+            for _ in range(4):
                 await model.request(ChatRequest.user("q"))
 
     run_sync(burst())
-    assert len(server.seen) == 3
-    # The first request's arrival also carries connection set-up, so it is the later gaps (and
-    # the whole span) that show the limiter's spacing.
+    assert len(server.seen) == 4
+    # The first request's arrival also carries connection set-up (up to ~0.2 s on a loaded
+    # machine), so the spacing is read from the second arrival on: two full intervals.
     assert all(g >= 0.4 for g in server.gaps()[1:]), server.gaps()  # spaced, with slack for a loaded machine
-    assert server.seen[-1].t - server.seen[0].t >= 0.9
+    assert server.seen[-1].t - server.seen[1].t >= 0.9
     assert model.waited_s > 0.2  # the callers really waited
 
 
