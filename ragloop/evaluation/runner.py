@@ -212,24 +212,24 @@ class ItemRunner:
         thread = f"eval-{item.id}-{uuid.uuid4().hex[:8]}" if item.history else None
         history: list[dict[str, Any]] = []
         history_ms = 0.0
-        pairs = list(zip(item.history, item.history_replies, strict=False))
-        reference = bool(pairs) and len(item.history_replies) == len(item.history)
         try:
-            if reference and thread:
+            if thread and len(item.history_replies) == len(item.history):  # a reference conversation
+                pairs = list(zip(item.history, item.history_replies, strict=True))
                 await agent.aseed(thread, [turn for q, a in pairs for turn in (("user", q), ("assistant", a))])
                 history = [{"question": q, "answer": a[:300], "reference": True} for q, a in pairs]
-            for q in [] if reference else item.history:
-                a = await agent.aanswer(q, thread)
-                history_ms += a.latency_ms
-                history.append(
-                    {
-                        "question": q,
-                        "standalone": a.standalone_question,
-                        "refused": a.refused,
-                        "termination_reason": a.termination_reason,
-                        "answer": a.answer[:300],
-                    }
-                )
+            else:
+                for q in item.history:
+                    a = await agent.aanswer(q, thread)
+                    history_ms += a.latency_ms
+                    history.append(
+                        {
+                            "question": q,
+                            "standalone": a.standalone_question,
+                            "refused": a.refused,
+                            "termination_reason": a.termination_reason,
+                            "answer": a.answer[:300],
+                        }
+                    )
             ans = await agent.aanswer(item.question, thread)
         finally:
             if thread:

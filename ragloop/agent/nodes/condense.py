@@ -132,7 +132,7 @@ async def condense(state: AgentState, rt: Runtime) -> NodeResult:
                     how = f"offline (llm rewrite rejected: {candidate[:80]!r})"
             except ModelError as exc:
                 how = f"offline (llm failed: {type(exc).__name__})"
-        if how == "first turn" or how.startswith("offline"):
+        if how != "llm":
             standalone = carry_forward(question, earlier_questions) if is_follow_up(question) else question
             label = "offline carry-forward" if standalone != question else "standalone already"
             how = label if how == "first turn" else f"{how}; {label}"

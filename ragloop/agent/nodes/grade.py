@@ -52,8 +52,7 @@ async def grade(state: AgentState, rt: Runtime) -> NodeResult:
     verdict = verdict_for(scores, cfg.tau_upper, cfg.tau_lower)
     best = max(scores, default=0.0)
     check = cfg.entity_grounding and verdict == "AMBIGUOUS"
-    passages = [_passage(c) for c in by_id.values()]
-    missing = ungrounded_entities(state["question"], passages) if check else []
+    missing = ungrounded_entities(state["question"], [_passage(c) for c in by_id.values()]) if check else []
     if missing and verdict == "AMBIGUOUS":
         verdict = "INCORRECT"
         reason = f"no retrieved passage mentions {', '.join(repr(m) for m in missing)} (best chunk {best:.2f})"
