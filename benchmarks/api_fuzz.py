@@ -63,7 +63,8 @@ def write_docs(dest: Path, articles: int = 2) -> int:
     n = 0
     for a in data["data"][:articles]:
         for i, p in enumerate(a["paragraphs"]):
-            (dest / f"{a['title']}_p{i:03d}.md").write_text(f"# {a['title']} ({i})\n\n{p['context']}\n", encoding="utf-8")
+            text = f"# {a['title']} ({i})\n\n{p['context']}\n"
+            (dest / f"{a['title']}_p{i:03d}.md").write_text(text, encoding="utf-8")
             n += 1
     return n
 
@@ -130,7 +131,8 @@ def fuzz(engine: str, max_time: int, workers: int, articles: int) -> dict[str, A
     e = env(home, db_url)
     try:
         docs = write_docs(home / "docs", articles)
-        subprocess.run([str(BIN / "ragloop"), "ingest", str(home / "docs"), "--collection", "default"], env=e, check=True)
+        ingest = [str(BIN / "ragloop"), "ingest", str(home / "docs"), "--collection", "default"]
+        subprocess.run(ingest, env=e, check=True)
         out = subprocess.run(
             [str(BIN / "ragloop"), "keys", "create", "--role", "admin", "--rate-limit", "100000000", "--json"],
             env=e,
