@@ -169,6 +169,8 @@ def fuzz(engine: str, max_time: int, workers: int, articles: int) -> dict[str, A
                     str(workers),
                     "--seed",
                     "1",
+                    "--generation-database",
+                    "none",
                     "--generation-allow-x00",
                     "true",
                     "--request-timeout",
