@@ -1,4 +1,4 @@
-"""Knowledge-base commands: ingest, search, collections, demo."""
+"""Knowledge-base commands: ingest, search, collections (`demo` is in `ragloop.cli.demo`)."""
 
 from __future__ import annotations
 
@@ -25,19 +25,11 @@ from ragloop.retrieval.collection import Collection, CollectionError, IngestSumm
 from ragloop.retrieval.retriever import Retriever
 from ragloop.retrieval.types import Hit, Mode
 
-DEMO_QUESTIONS = (
-    "How do I walk a directory tree and list every file?",
-    "parse a JSON string into a Python object",
-    "How can I run a shell command and capture its output?",
-    "What is the difference between deepcopy and copy?",
-)
-
 
 def register(app: typer.Typer) -> None:
     app.command()(ingest)
     app.command()(search)
     app.command()(collections)
-    app.command()(demo)
 
 
 def _do_ingest(paths: list[Path], name: str, cfg: PipelineConfig, s: Settings, show: bool) -> IngestSummary:
@@ -149,31 +141,3 @@ def collections(json_: JsonOpt = False) -> None:
     for r in rows:
         table.add_row(*(str(r.get(c, "")) for c in ("name", "files", "chunks", "generation", "dense_backend", "bytes")))
     out.print(table)
-
-
-def demo(
-    collection: CollectionOpt = "demo",
-    json_: JsonOpt = False,
-) -> None:
-    """Build a knowledge base from the Python standard library's own documentation and search it."""
-    from ragloop.ingest.pydoc_corpus import write_corpus
-
-    s = settings()
-    corpus = s.home / "demo-corpus"
-    files = write_corpus(corpus)
-    if not json_:
-        console.print(f"extracted the documentation of {len(files)} standard-library modules to {corpus}")
-    cfg = PipelineConfig()
-    summary = _do_ingest([corpus], collection, cfg, s, show=not json_)
-    results = {q: _retrieve(collection, q, 3, None, cfg, s) for q in DEMO_QUESTIONS}
-    if json_:
-        print_json(
-            {
-                "ingest": summary.to_json(),
-                "questions": [{"query": q, "hits": [h.to_json() for h in hits]} for q, hits in results.items()],
-            }
-        )
-        return
-    _print_summary(summary)
-    for q, hits in results.items():
-        _print_hits(q, hits)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,9 +29,14 @@ def _doc(obj: object) -> str:
     return inspect.cleandoc(inspect.getdoc(obj) or "")
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _signature(name: str, obj: object) -> str:
+    """`name(args)`, without the memory addresses in default values' reprs (`<function f at 0x7f…>`):
+    they change with every process, and would make every run re-ingest those modules."""
     try:
-        return f"{name}{inspect.signature(obj)}"  # type: ignore[arg-type]
+        return _ADDRESS.sub("", f"{name}{inspect.signature(obj)}")  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return name
 

@@ -39,6 +39,7 @@ from ragloop.service.routes import ROUTERS
 from ragloop.service.state import ServiceState
 from ragloop.service.worker import EvaluationWorker
 from ragloop.store import NotFoundError, Store
+from ragloop.web import router as web_router
 
 log = logging.getLogger("ragloop.service")
 access = logging.getLogger("ragloop.service.access")
@@ -134,6 +135,7 @@ def create_app(
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(openai_router)
+    app.include_router(web_router)
     _install_errors(app)
     _install_access_log(app, metrics)
     if cfg.cors_origins:
