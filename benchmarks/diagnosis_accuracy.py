@@ -1,0 +1,199 @@
+"""Failure-classifier accuracy on injected failures (SQuAD 2.0 dev), with the oracle's latency.
+
+    .venv/bin/python benchmarks/diagnosis_accuracy.py [--per-class 80] [--reuse]
+
+1. Ingests the SQuAD 2.0 dev paragraphs once into `benchmarks/.home` (collection `diag-squad2`,
+   default pipeline: MiniLM int8, hybrid, chunks of 1,200 characters); a rerun embeds nothing.
+2. Injects known failures (`ragloop.improve.injection`: cut k, query-vector noise, re-chunk
+   inside the answer sentence, gold paragraph removed, corrupted answer, untouched), dev part =
+   even articles, test part = odd.
+3. Builds each case's `DiagnosisInput` as production would (oracle retriever over the case's
+   collection, answer assessed by the judge scorer) and caches them under
+   `benchmarks/.home/diagnosis/` (`--reuse` classifies the cached inputs again, e.g. after a
+   change to the tree alone).
+4. Chooses the thresholds on the dev part (`search_thresholds`), reports per-class precision
+   and recall with 95% bootstrap intervals on the test part (and dev, for reference), the
+   confusion matrix, the oracle's latency, and writes benchmarks/results/diagnosis_accuracy.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import BENCH_HOME, machine, percentiles_ms, print_table, write_results
+
+from ragloop.config import PipelineConfig, Settings
+from ragloop.evaluation.datasets import load_squad2
+from ragloop.improve.accuracy import class_scores, confusion, objective, predict, search_thresholds
+from ragloop.improve.diagnosis import Diagnoser
+from ragloop.improve.injection import InjectedCase, SquadInjector
+from ragloop.improve.oracle import OracleRetriever
+from ragloop.improve.types import DiagnosisInput, FailureMode, Thresholds
+from ragloop.models.scoring import make_scorer
+from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.retriever import Retriever
+
+COLLECTION = "diag-squad2"
+CACHE = BENCH_HOME / "diagnosis"
+
+
+def base_collection(settings: Settings) -> tuple[Collection, float]:
+    ds = load_squad2()
+    corpus = BENCH_HOME / "corpora" / "squad2"
+    ds.write_corpus(corpus)
+    coll = Collection(COLLECTION, settings)
+    start = time.perf_counter()
+    summary = coll.ingest([corpus], PipelineConfig())
+    print(f"{COLLECTION}: {summary.chunks_total} chunks, {summary.chunks_embedded} embedded now", flush=True)
+    return coll, time.perf_counter() - start
+
+
+async def build_inputs(args: argparse.Namespace, settings: Settings) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    coll, ingest_s = base_collection(settings)
+    embedder = Retriever(coll).embedder
+    start = time.perf_counter()
+    injected = SquadInjector(
+        coll, load_squad2(), embedder, per_class=args.per_class, seed=args.seed, sigma=args.sigma
+    ).build()
+    inject_s = time.perf_counter() - start
+    print(f"injected {len(injected.cases)} cases in {inject_s:.0f} s; dropped {injected.dropped}", flush=True)
+    scorer = make_scorer(args.scorer, settings)
+    judge = scorer if args.judge == args.scorer else make_scorer(args.judge, settings)
+    oracles = {name: OracleRetriever(c, scorer, embedder=embedder) for name, c in injected.collections.items()}
+    rows: list[dict[str, Any]] = []
+    for i, case in enumerate(injected.cases):
+        diag = Diagnoser(oracles[case.collection], judge)
+        inp = await diag.inputs(case.question, case.ideal_answer, case.answer, case.retrieval, case.k, case.contexts)
+        rows.append({"case": _case_json(case), "input": inp.model_dump(mode="json")})
+        if (i + 1) % 50 == 0:
+            print(f"  {i + 1}/{len(injected.cases)} diagnosed", flush=True)
+    info = {
+        "ingest_seconds": round(ingest_s, 1),
+        "inject_seconds": round(inject_s, 1),
+        "dropped_by_verification": injected.dropped,
+        "chunks": {name: len(c.load().chunks) for name, c in injected.collections.items()},
+    }
+    return rows, info
+
+
+def _case_json(c: InjectedCase) -> dict[str, Any]:
+    return {
+        "case_id": c.case_id,
+        "label": c.label.value,
+        "part": c.part,
+        "collection": c.collection,
+        "injection": c.injection,
+        "answers": list(c.answers),
+        "answer_chunks": list(c.answer_chunks),
+    }
+
+
+def _cache_path(args: argparse.Namespace) -> Path:
+    return CACHE / f"inputs-n{args.per_class}-s{args.seed}-sigma{args.sigma}-{args.scorer}-{args.judge}.jsonl".replace(
+        ":", "_"
+    )
+
+
+def score_rows(title: str, labels: list[FailureMode], preds: list[FailureMode]) -> tuple[list[dict[str, Any]], str]:
+    scores = class_scores(labels, preds)
+    rows = [
+        [
+            s.mode.value,
+            s.n,
+            s.predicted,
+            f"{s.precision.value:.3f} [{s.precision.lo:.3f}, {s.precision.hi:.3f}]",
+            f"{s.recall.value:.3f} [{s.recall.lo:.3f}, {s.recall.hi:.3f}]",
+            "yes" if s.precision.value >= 0.85 and s.recall.value >= 0.85 else "no",
+        ]
+        for s in scores
+    ]
+    md = print_table(title, ["class", "n", "predicted", "precision [95% CI]", "recall [95% CI]", ">= 0.85 both"], rows)
+    return [s.to_json() for s in scores], md
+
+
+def confusion_md(title: str, labels: list[FailureMode], preds: list[FailureMode]) -> tuple[dict[str, Any], str]:
+    m = confusion(labels, preds)
+    short = {mode.value: mode.value.split("_")[0] for mode in FailureMode}
+    rows = [[y, *(m[y][p.value] for p in FailureMode)] for y in m]
+    return m, print_table(title, ["label \\ predicted", *short.values()], rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--per-class", type=int, default=80, help="cases per class and part before verification")
+    parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--sigma", type=float, default=1.5, help="query-vector noise of the embedding injection")
+    parser.add_argument("--scorer", default="lexical", help="the oracle's scorer")
+    parser.add_argument("--judge", default="lexical", help="the scorer that assesses the answer")
+    parser.add_argument("--reuse", action="store_true", help="classify the cached inputs of these arguments again")
+    args = parser.parse_args()
+    settings = Settings(home=BENCH_HOME)
+    path = _cache_path(args)
+    started = time.perf_counter()
+    if args.reuse and path.exists():
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        info = json.loads(path.with_suffix(".info.json").read_text())
+    else:
+        rows, info = asyncio.run(build_inputs(args, settings))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        path.with_suffix(".info.json").write_text(json.dumps(info))
+    parts: dict[str, tuple[list[DiagnosisInput], list[FailureMode]]] = {"dev": ([], []), "test": ([], [])}
+    for r in rows:
+        inputs, labels = parts[r["case"]["part"]]
+        inputs.append(DiagnosisInput.model_validate(r["input"]))
+        labels.append(FailureMode(r["case"]["label"]))
+    thresholds, trail = search_thresholds(*parts["dev"], start=Thresholds())
+    md = [
+        "# Failure diagnosis on injected failures (SQuAD 2.0 dev)\n",
+        f"Command: `python benchmarks/diagnosis_accuracy.py --per-class {args.per_class} --seed {args.seed} "
+        f"--sigma {args.sigma} --scorer {args.scorer} --judge {args.judge}`  ",
+        f"Thresholds chosen on the dev part (even articles), reported on the test part (odd articles): "
+        f"`{thresholds.model_dump()}`\n",
+    ]
+    out: dict[str, Any] = {"args": vars(args), "thresholds": thresholds.model_dump(), "info": info}
+    for part in ("test", "dev"):
+        inputs, labels = parts[part]
+        preds = predict(inputs, thresholds)
+        scores_json, table = score_rows(f"{part} part: per-class precision and recall", labels, preds)
+        conf_json, conf_table = confusion_md(f"{part} part: confusion (rows: injected label)", labels, preds)
+        worst, macro = objective(class_scores(labels, preds))
+        out[part] = {
+            "n": len(labels),
+            "classes": scores_json,
+            "confusion": conf_json,
+            "worst_min_pr": worst,
+            "macro_f1": macro,
+        }
+        md += [table, conf_table, f"worst per-class min(P, R): {worst:.3f}; macro F1: {macro:.3f}\n"]
+    latencies = [i.oracle.latency_ms / 1000.0 for ins, _ in parts.values() for i in ins]
+    lat = percentiles_ms(latencies)
+    cands = [len(i.oracle.candidates) for ins, _ in parts.values() for i in ins]
+    out["oracle"] = {
+        "latency_ms": lat,
+        "n": len(latencies),
+        "mean_candidates": round(sum(cands) / max(1, len(cands)), 2),
+    }
+    md.append(
+        print_table(
+            "Oracle retriever",
+            ["calls", "latency p50 ms", "latency p95 ms", "mean candidates", "oracle threshold"],
+            [[len(latencies), lat["p50"], lat["p95"], out["oracle"]["mean_candidates"], thresholds.oracle]],
+        )
+    )
+    out["search_trail"] = trail
+    out["machine"] = machine()
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    md.append(
+        f"Machine: {out['machine']}; wall time {out['seconds']} s (inputs {'cached' if args.reuse else 'built'})."
+    )
+    write_results("diagnosis_accuracy", out, "\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

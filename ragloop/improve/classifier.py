@@ -1,0 +1,213 @@
+"""The failure classifier: a decision tree over a `DiagnosisInput`, not a model.
+
+Deterministic, pure and cheap, so a stored input replays to the same diagnosis and a change to
+the tree can be measured on past traffic. The tree (thresholds in `Thresholds`):
+
+    split  = best adjacent-chunk pair whose boundary sentence scores >= split_score, gains
+             >= split_gain over every sentence inside either chunk, and whose two chunks were
+             not both in the served top k
+    oracle = candidates with oracle score >= oracle
+    1. split and no top-k chunk supports the answer as well as the split passage  -> CHUNKING
+    2. oracle empty                                                                -> KNOWLEDGE GAP
+    3. oracle ∩ top k empty:  oracle ∩ top 100 non-empty -> RANKING, else            EMBEDDING
+    4. faithfulness < faithfulness and context precision >= context_precision      -> GENERATION
+    5.                                                                                SUCCESS
+
+Where it departs from the seed's sketch (section 4.2), and why:
+- Chunking is tested first. The seed reaches it only when no oracle chunk is in the top 100;
+  but half of a split passage is usually retrieved (it shares the question's words), which
+  the seed would call a ranking failure or a success, and the fix (re-chunk that document) is
+  what matters. A split whose two parts were both in the top k was seen whole by the generator:
+  not a chunking failure.
+- Knowledge gap is "no candidate reaches the oracle threshold" rather than "no oracle chunk in
+  the corpus": the oracle set is what decides whether the corpus holds the answer.
+
+`confidence` is the distance of the deciding signal from its threshold, mapped to [0.5, 1]:
+an ordering for the scheduler, not a calibrated probability.
+"""
+
+from __future__ import annotations
+
+from ragloop.improve.types import (
+    ActionKind,
+    ChunkingEvidence,
+    Diagnosis,
+    DiagnosisInput,
+    EmbeddingEvidence,
+    Evidence,
+    FailureMode,
+    GenerationEvidence,
+    KnowledgeGapEvidence,
+    MissedChunk,
+    OracleChunk,
+    ProposedAction,
+    RankingEvidence,
+    SplitCandidate,
+    SuccessEvidence,
+    Thresholds,
+)
+
+MAX_EVIDENCE_CHUNKS = 5
+
+
+def _confidence(margin: float, scale: float) -> float:
+    if scale <= 0:
+        return 1.0
+    return round(0.5 + 0.5 * max(0.0, min(1.0, margin / scale)), 4)
+
+
+def _missed(chunks: list[OracleChunk], rank_of: dict[str, int]) -> tuple[MissedChunk, ...]:
+    return tuple(
+        MissedChunk(
+            chunk_id=c.chunk_id, oracle_score=c.score, rank=rank_of.get(c.chunk_id), query_cosine=c.query_cosine
+        )
+        for c in chunks[:MAX_EVIDENCE_CHUNKS]
+    )
+
+
+def find_split(inp: DiagnosisInput, t: Thresholds) -> SplitCandidate | None:
+    """The split passage that explains the failure, if any (tree rule 1)."""
+    top_k = {h.chunk_id for h in inp.top_k()}
+    score_of = {c.chunk_id: c.score for c in inp.oracle.candidates}
+    best_in_top_k = max((score_of.get(c, 0.0) for c in top_k), default=0.0)
+    for s in inp.oracle.splits:
+        if s.straddle_score < t.split_score or s.gain < t.split_gain:
+            continue
+        if set(s.chunk_ids) <= top_k:
+            continue
+        if best_in_top_k >= s.straddle_score:
+            continue  # the generator already had a chunk that supports the answer as well
+        return s
+    return None
+
+
+def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
+    t = t or Thresholds()
+    retrieval = [h for h in inp.retrieval if h.rank <= t.max_rank]
+    rank_of: dict[str, int] = {}
+    for h in sorted(retrieval, key=lambda h: h.rank):
+        rank_of.setdefault(h.chunk_id, h.rank)
+    top_k = [h.chunk_id for h in sorted(retrieval, key=lambda h: h.rank) if h.rank <= inp.k]
+    oracle = list(inp.oracle.oracle_set(t.oracle))
+    a = inp.assessment
+
+    def done(mode: FailureMode, conf: float, evidence: Evidence, actions: list[ProposedAction], rule: str) -> Diagnosis:
+        if a.refused and mode in (FailureMode.RETRIEVAL_SUCCESS, FailureMode.GENERATION_FAILURE):
+            actions.append(
+                ProposedAction(
+                    kind=ActionKind.THRESHOLD_RECALIBRATION,
+                    reason="refused although the top k held an oracle chunk: the grader's gate is too strict here",
+                )
+            )
+        if not a.refused and mode is FailureMode.KNOWLEDGE_GAP:
+            actions.append(
+                ProposedAction(
+                    kind=ActionKind.THRESHOLD_RECALIBRATION,
+                    reason="answered although the corpus holds no support: the grader's gate let it through",
+                )
+            )
+        return Diagnosis(mode=mode, confidence=conf, evidence=evidence, actions=tuple(actions), rule=rule, thresholds=t)
+
+    split = find_split(inp, t)
+    if split is not None:
+        parts = tuple(c for c in split.chunk_ids if c in top_k)
+        ev = ChunkingEvidence(
+            doc_id=split.doc_id,
+            chunk_ids=split.chunk_ids,
+            first_ordinal=split.first_ordinal,
+            sentence=split.sentence,
+            straddle_score=split.straddle_score,
+            inside_score=split.inside_score,
+            retrieved_parts=parts,
+        )
+        act = ProposedAction(
+            kind=ActionKind.RECHUNK_DOCUMENT,
+            reason=f"the supporting passage crosses the boundary after chunk {split.first_ordinal} of {split.doc_id}",
+            chunk_ids=split.chunk_ids,
+            doc_id=split.doc_id,
+        )
+        return done(
+            FailureMode.CHUNKING_FAILURE,
+            _confidence(split.gain - t.split_gain, 0.3),
+            ev,
+            [act],
+            f"split passage gain {split.gain:.3f} >= {t.split_gain}",
+        )
+    if not oracle:
+        best = inp.oracle.best
+        best_score = best.score if best else 0.0
+        ev_gap = KnowledgeGapEvidence(
+            best_chunk_id=best.chunk_id if best else None, best_score=best_score, threshold=t.oracle
+        )
+        act = ProposedAction(
+            kind=ActionKind.KNOWLEDGE_GAP_LOG,
+            reason=f"no chunk supports the ideal answer (best {best_score:.3f} < {t.oracle})",
+            chunk_ids=(best.chunk_id,) if best else (),
+        )
+        return done(
+            FailureMode.KNOWLEDGE_GAP,
+            _confidence(t.oracle - best_score, t.oracle),
+            ev_gap,
+            [act],
+            f"oracle empty: best {best_score:.3f} < {t.oracle}",
+        )
+    in_top_k = [c for c in oracle if c.chunk_id in set(top_k)]
+    margin_scale = max(1e-6, 1.0 - t.oracle)
+    if not in_top_k:
+        ranked = sorted((c for c in oracle if c.chunk_id in rank_of), key=lambda c: (rank_of[c.chunk_id], c.chunk_id))
+        if ranked:
+            missed = _missed(ranked, rank_of)
+            act = ProposedAction(
+                kind=ActionKind.RANKING_BUFFER,
+                reason=f"oracle chunk {ranked[0].chunk_id} at rank {rank_of[ranked[0].chunk_id]} > k={inp.k}",
+                chunk_ids=tuple(m.chunk_id for m in missed),
+            )
+            return done(
+                FailureMode.RANKING_FAILURE,
+                _confidence(max(c.score for c in ranked) - t.oracle, margin_scale),
+                RankingEvidence(k=inp.k, missed=missed),
+                [act],
+                f"oracle not in top {inp.k}, in top {t.max_rank}",
+            )
+        missed = _missed(oracle, rank_of)
+        distance = 1.0 - max(c.query_cosine for c in oracle)
+        act = ProposedAction(
+            kind=ActionKind.EXPANSION_CACHE,
+            reason=f"the question's vector misses the oracle chunks (cosine distance {distance:.3f})",
+            chunk_ids=tuple(m.chunk_id for m in missed),
+        )
+        return done(
+            FailureMode.EMBEDDING_FAILURE,
+            _confidence(max(c.score for c in oracle) - t.oracle, margin_scale),
+            EmbeddingEvidence(missed=missed, query_distance=round(distance, 6)),
+            [act],
+            f"oracle not in top {t.max_rank}",
+        )
+    faith, cp = a.faithfulness, a.context_precision
+    if faith is not None and faith < t.faithfulness and (cp or 0.0) >= t.context_precision:
+        ev_gen = GenerationEvidence(
+            faithfulness=faith,
+            context_precision=cp or 0.0,
+            unfaithful_claims=a.unfaithful_claims,
+            retrieved_context=tuple(top_k),
+        )
+        act = ProposedAction(
+            kind=ActionKind.PROMPT_CANDIDATE,
+            reason=f"faithfulness {faith:.2f} < {t.faithfulness} on context precision {cp or 0.0:.2f}",
+            chunk_ids=tuple(top_k),
+        )
+        return done(
+            FailureMode.GENERATION_FAILURE,
+            _confidence(t.faithfulness - faith, t.faithfulness),
+            ev_gen,
+            [act],
+            f"faithfulness {faith:.3f} < {t.faithfulness}, context precision {cp or 0.0:.3f} >= {t.context_precision}",
+        )
+    matched = _missed(in_top_k, rank_of)
+    return done(
+        FailureMode.RETRIEVAL_SUCCESS,
+        _confidence(max(c.score for c in in_top_k) - t.oracle, margin_scale),
+        SuccessEvidence(matched=matched, faithfulness=faith, context_precision=cp),
+        [],
+        f"oracle chunk in top {inp.k}",
+    )

@@ -1,0 +1,330 @@
+"""The oracle retriever: which chunks *should* have been retrieved for this question?
+
+Seed 6.2: retrieve with (1) the question, (2) the ideal answer embedded as a query (a reference
+answer, a user's correction or the tier-2 judge's answer) and (3) three paraphrases; the union
+of what they find, scored against the ideal answer, is the oracle set. Evaluation path only:
+it runs one retrieval per variant plus a scorer pass, several times what serving costs.
+
+Choices, and why:
+- Chunks are scored against the ideal answer, not by retrieval similarity. The seed's "cosine
+  > 0.75 to the ideal answer" admits chunks that share the answer's words but not its fact.
+  A sentence-long ideal answer (a judge's answer, a correction) is split into claims and a
+  chunk scores the best support the scorer gives one of them. A short one (under 5 words, a
+  reference span such as "France") is no claim on its own; the chunk scores the scorer's
+  relevance to "question + answer" times the share of the answer's content terms it mentions
+  (a chunk that never names the answer cannot support it). Measured on SQuAD 2.0 dev (150
+  questions, gold paragraph vs the best other candidate): lexical support of the
+  "question answer" claim separates them at ROC AUC 0.75, relevance of "question answer" at
+  0.90; the product with the answer's coverage is what the benchmark's threshold is fit on.
+- Every candidate keeps its score, not only those above the threshold, so a stored result
+  replays under another threshold (the threshold is the classifier's, `Thresholds.oracle`).
+- Split passages: for adjacent chunks of one document around the best candidates, the sentence
+  that crosses their boundary (or, at a clean boundary, the last sentence of one with the first
+  of the next) is scored whole against the claims, next to the best sentence inside either
+  chunk. Only a passage that supports the answer across the boundary and not inside either
+  chunk is evidence of a chunking failure.
+- The oracle's retrieval never uses the expansion cache (a pinned chunk is a past diagnosis,
+  not evidence) nor MMR (diversity is not relevance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragloop.config.pipeline import MMRConfig, RetrievalConfig
+from ragloop.evaluation.metrics.answer import contains_gold, reference_claims
+from ragloop.improve.paraphrase import OfflineParaphraser, Paraphraser, Vocabulary
+from ragloop.improve.types import OracleChunk, OracleResult, QueryVariant, RankedChunk, SplitCandidate, VariantKind
+from ragloop.ingest.types import Chunk
+from ragloop.models.embedding import Embedder
+from ragloop.models.scoring.base import Scorer
+from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.retriever import Retriever
+from ragloop.retrieval.store import IndexGeneration
+from ragloop.retrieval.types import Hit
+from ragloop.text.analysis import content_terms
+from ragloop.text.sentences import split_strips
+
+MIN_OVERLAP = 8
+"""Characters two adjacent chunks must share to count as the chunker's overlap."""
+
+
+SHORT_ANSWER_WORDS = 5
+"""Below this many words an ideal answer is a span, read with its question (`reference_claims`)."""
+
+
+def ideal_query(question: str, ideal_answer: str) -> str:
+    """The ideal answer as a query; a short span is read with its question."""
+    ideal = ideal_answer.strip()
+    return f"{question.strip()} {ideal}".strip() if len(ideal.split()) < SHORT_ANSWER_WORDS else ideal
+
+
+@dataclass(frozen=True)
+class IdealAnswer:
+    """The ideal answer, in the forms the oracle scores chunks with."""
+
+    question: str
+    text: str
+
+    @property
+    def short(self) -> bool:
+        return len(self.text.split()) < SHORT_ANSWER_WORDS
+
+    @property
+    def query(self) -> str:
+        return ideal_query(self.question, self.text)
+
+    @property
+    def claims(self) -> list[str]:
+        return reference_claims(self.text, self.question) or [self.question]
+
+    def coverage(self, text: str) -> float:
+        """Share of the answer's content terms the text mentions; an answer with none (a
+        letter, a stopword) must occur as whole tokens."""
+        terms = content_terms(self.text)
+        if not terms:
+            return contains_gold(text, [self.text])
+        return len(terms & content_terms(text)) / len(terms)
+
+
+@dataclass(frozen=True)
+class Scored:
+    score: float
+    evidence: str
+    coverage: float | None
+    """The answer-term coverage factor of a short ideal answer (None for a claim-scored one)."""
+
+
+async def score_texts(scorer: Scorer, ideal: IdealAnswer, texts: Sequence[str]) -> list[Scored]:
+    """Per text: how well it supports the ideal answer (see the module docstring)."""
+    if not texts:
+        return []
+    if ideal.short:
+        judged = await scorer.relevance(ideal.query, list(texts))
+        covs = [ideal.coverage(t) for t in texts]
+        return [Scored(float(j.p) * c, j.evidence, c) for j, c in zip(judged, covs, strict=True)]
+    claims = ideal.claims
+    pairs = [(i, c) for i in range(len(texts)) for c in claims]
+    judged = await scorer.support([c for _, c in pairs], [texts[i] for i, _ in pairs])
+    best = [Scored(-1.0, "", None)] * len(texts)
+    for (i, _), j in zip(pairs, judged, strict=True):
+        if j.p > best[i].score:
+            best[i] = Scored(float(j.p), j.evidence, None)
+    return best
+
+
+def ranked_chunks(hits: Sequence[Hit], max_rank: int = 100) -> tuple[RankedChunk, ...]:
+    """The served retrieval as the classifier reads it."""
+    return tuple(
+        RankedChunk(chunk_id=h.chunk_id, doc_id=h.doc_id, rank=h.rank, score=float(h.score))
+        for h in hits
+        if h.rank <= max_rank
+    )
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Two adjacent chunks joined: where each one's text lies in the joined text."""
+
+    first: int
+    second: int
+    text: str
+    first_end: int
+    second_start: int
+
+    def window(self) -> str:
+        """The sentence crossing the boundary; at a clean boundary the sentences either side."""
+        strips = [s for s in split_strips(self.text) if s.kind == "sentence"]
+        for s in strips:
+            if not (s.end <= self.first_end or s.start >= self.second_start):  # inside neither chunk
+                return s.text
+        before = [s for s in strips if s.end <= self.first_end]
+        after = [s for s in strips if s.start >= self.second_start]
+        if before and after:
+            return f"{before[-1].text} {after[0].text}"
+        return ""
+
+
+def join_adjacent(first: str, second: str) -> tuple[str, int, int]:
+    """(joined text, end of `first` in it, start of `second` in it), the chunker's overlap
+    (the start of `second` repeating the end of `first`) written once."""
+    a, b = first.strip(), second.strip()
+    for n in range(min(len(a), len(b)), MIN_OVERLAP - 1, -1):
+        if a.endswith(b[:n]):
+            return a + b[n:], len(a), len(a) - n
+    return f"{a} {b}", len(a), len(a) + 1
+
+
+class OracleRetriever:
+    def __init__(
+        self,
+        collection: Collection,
+        scorer: Scorer,
+        *,
+        config: RetrievalConfig | None = None,
+        embedder: Embedder | None = None,
+        paraphraser: Paraphraser | None = None,
+        depth: int = 10,
+        split_pool: int = 20,
+    ) -> None:
+        """`depth`: chunks taken from each variant's retrieval; `split_pool`: how many of the
+        best candidates have their document neighbours checked for a split passage."""
+        base = config or RetrievalConfig()
+        self.config = base.model_copy(update={"use_expansion_cache": False, "mmr": MMRConfig(enabled=False)})
+        self.collection = collection
+        self.scorer = scorer
+        self.retriever = Retriever(collection, self.config, embedder=embedder)
+        self.depth = depth
+        self.split_pool = split_pool
+        self._paraphraser = paraphraser
+        self._cache_key: tuple[str, int] | None = None
+        self._vocabulary: Vocabulary | None = None
+        self._neighbours: dict[int, tuple[int | None, int | None]] = {}
+
+    # per generation ------------------------------------------------------------------------------
+    def _prepare(self, gen: IndexGeneration) -> None:
+        key = (str(gen.path), gen.manifest.generation)
+        if self._cache_key == key:
+            return
+        by_doc: dict[str, list[tuple[int, int]]] = {}
+        for pos, ch in enumerate(gen.chunks):
+            by_doc.setdefault(ch.doc_id, []).append((ch.ordinal, pos))
+        self._neighbours = {}
+        for members in by_doc.values():
+            order = [p for _, p in sorted(members)]
+            for i, p in enumerate(order):
+                prev = order[i - 1] if i > 0 else None
+                nxt = order[i + 1] if i + 1 < len(order) else None
+                self._neighbours[p] = (prev, nxt)
+        self._vocabulary = None
+        self._cache_key = key
+
+    def paraphraser(self) -> Paraphraser:
+        if self._paraphraser is not None:
+            return self._paraphraser
+        gen = self.collection.load()
+        self._prepare(gen)
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary.from_chunks(gen.chunks)
+        return OfflineParaphraser(self._vocabulary)
+
+    # the oracle ----------------------------------------------------------------------------------
+    async def variants(self, question: str, ideal_answer: str) -> list[QueryVariant]:
+        out = [QueryVariant(kind=VariantKind.QUESTION, text=question)]
+        if ideal_answer.strip():
+            out.append(QueryVariant(kind=VariantKind.IDEAL_ANSWER, text=ideal_query(question, ideal_answer)))
+        out += await self.paraphraser().paraphrase(question, 3)
+        return out
+
+    async def retrieve(self, question: str, ideal_answer: str) -> OracleResult:
+        start = time.perf_counter()
+        gen = self.collection.load()
+        self._prepare(gen)
+        variants = await self.variants(question, ideal_answer)
+        found: dict[int, list[VariantKind]] = {}
+        seen_texts: dict[str, list[int]] = {}
+        for v in variants:
+            if v.text not in seen_texts:
+                hits = await asyncio.to_thread(self.retriever.retrieve, v.text, self.depth)
+                seen_texts[v.text] = [gen.position[h.chunk_id] for h in hits]
+            for pos in seen_texts[v.text]:
+                kinds = found.setdefault(pos, [])
+                if v.kind not in kinds:
+                    kinds.append(v.kind)
+        ideal = IdealAnswer(question, ideal_answer)
+        positions = list(found)
+        scored = await score_texts(self.scorer, ideal, [gen.chunks[p].text for p in positions])
+        cosines = self._query_cosines(gen, question, positions)
+        candidates = sorted(
+            (
+                OracleChunk(
+                    chunk_id=gen.chunks[p].chunk_id,
+                    doc_id=gen.chunks[p].doc_id,
+                    ordinal=gen.chunks[p].ordinal,
+                    score=round(sc.score, 6),
+                    found_by=tuple(found[p]),
+                    evidence=sc.evidence,
+                    query_cosine=round(c, 6),
+                    coverage=None if sc.coverage is None else round(sc.coverage, 6),
+                )
+                for p, sc, c in zip(positions, scored, cosines, strict=True)
+            ),
+            key=lambda c: (-c.score, c.chunk_id),
+        )
+        pos_of = {gen.chunks[p].chunk_id: p for p in positions}
+        pool = [pos_of[c.chunk_id] for c in candidates[: self.split_pool]]
+        splits = await self._splits(gen, ideal, pool)
+        return OracleResult(
+            question=question,
+            ideal_answer=ideal_answer,
+            variants=tuple(variants),
+            candidates=tuple(candidates),
+            splits=tuple(splits),
+            scorer=self.scorer.name,
+            corpus_chunks=len(gen.chunks),
+            latency_ms=round((time.perf_counter() - start) * 1000.0, 3),
+        )
+
+    def _query_cosines(self, gen: IndexGeneration, question: str, positions: Sequence[int]) -> list[float]:
+        if not positions:
+            return []
+        qvec = np.asarray(self.retriever.embedder.embed([question])[0], dtype=np.float32)
+        vecs = np.asarray(gen.vectors[list(positions)], dtype=np.float32)
+        return [float(x) for x in vecs @ qvec]
+
+    async def _splits(self, gen: IndexGeneration, ideal: IdealAnswer, pool: Sequence[int]) -> list[SplitCandidate]:
+        pairs: dict[tuple[int, int], None] = {}
+        for p in pool:
+            prev, nxt = self._neighbours.get(p, (None, None))
+            if prev is not None:
+                pairs[(prev, p)] = None
+            if nxt is not None:
+                pairs[(p, nxt)] = None
+        bounds = [b for b in (_boundary(gen.chunks, a, b) for a, b in pairs) if b is not None]
+        windows = [b.window() for b in bounds]
+        bounds = [b for b, w in zip(bounds, windows, strict=True) if w]
+        windows = [w for w in windows if w]
+        if not bounds:
+            return []
+        inside = [
+            _inside_sentences(gen.chunks[b.first].text) + _inside_sentences(gen.chunks[b.second].text) for b in bounds
+        ]
+        flat = [*windows, *(s for ss in inside for s in ss)]
+        scores = [x.score for x in await score_texts(self.scorer, ideal, flat)]
+        out = []
+        offset = len(windows)
+        for b, w, ss, ws in zip(bounds, windows, inside, scores[: len(windows)], strict=True):
+            mine = scores[offset : offset + len(ss)]
+            offset += len(ss)
+            first = gen.chunks[b.first]
+            out.append(
+                SplitCandidate(
+                    doc_id=first.doc_id,
+                    first_chunk_id=first.chunk_id,
+                    second_chunk_id=gen.chunks[b.second].chunk_id,
+                    first_ordinal=first.ordinal,
+                    sentence=w,
+                    straddle_score=round(ws, 6),
+                    inside_score=round(max(mine, default=0.0), 6),
+                )
+            )
+        out.sort(key=lambda s: (-(s.straddle_score - s.inside_score), s.first_chunk_id))
+        return out
+
+
+def _boundary(chunks: Sequence[Chunk], first: int, second: int) -> Boundary | None:
+    a, b = chunks[first], chunks[second]
+    if a.doc_id != b.doc_id:
+        return None
+    text, first_end, second_start = join_adjacent(a.text, b.text)
+    return Boundary(first, second, text, first_end, second_start)
+
+
+def _inside_sentences(text: str) -> list[str]:
+    """A chunk's sentences as the chunk has them: a cut sentence is a fragment here."""
+    return [s.text for s in split_strips(text, min_chars=1) if s.text.strip()]

@@ -1,0 +1,165 @@
+"""The oracle retriever on a real (hashed-embedder) collection: what it finds, how it scores,
+split passages, and that it repeats exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ragloop.improve.faults import rechunked, without_documents
+from ragloop.improve.oracle import IdealAnswer, OracleRetriever, join_adjacent
+from ragloop.improve.paraphrase import ChatParaphraser, OfflineParaphraser, Vocabulary
+from ragloop.improve.types import VariantKind
+from ragloop.models.chat.testing import FunctionModel
+from ragloop.models.errors import TransientModelError
+from ragloop.models.scoring import LexicalScorer
+from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.retriever import Retriever
+from tests.agent.conftest import HASHED
+from tests.improve.conftest import IDEAL, QUESTION
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(o: OracleRetriever, question: str = QUESTION, ideal: str = IDEAL):  # type: ignore[no-untyped-def]
+    return asyncio.run(o.retrieve(question, ideal))
+
+
+def test_the_ideal_answer_finds_and_scores_the_supporting_chunk(oracle: OracleRetriever) -> None:
+    r = run(oracle)
+    kinds = [v.kind for v in r.variants]
+    assert kinds == [VariantKind.QUESTION, VariantKind.IDEAL_ANSWER] + [VariantKind.PARAPHRASE] * 3
+    assert r.variants[1].text == f"{QUESTION} {IDEAL}"  # a short span is read with its question
+    assert r.best is not None and r.best.doc_id == "bridge.md"
+    assert r.best.score > 0.5
+    assert "1887" in r.best.evidence
+    # a chunk that never names the answer cannot support it
+    assert all(c.score == 0.0 for c in r.candidates if c.doc_id != "bridge.md")
+    assert r.corpus_chunks == 4 and r.scorer == "lexical"
+    assert [c.chunk_id for c in r.oracle_set(0.5)] == [r.best.chunk_id]
+
+
+def test_a_sentence_long_ideal_answer_is_scored_by_support(oracle: OracleRetriever) -> None:
+    ideal = "The Zorblat Bridge was completed in 1887 by the engineer Marta Quill."
+    assert not IdealAnswer(QUESTION, ideal).short
+    r = run(oracle, ideal=ideal)
+    assert r.variants[1].text == ideal
+    assert r.best is not None and r.best.doc_id == "bridge.md"
+    others = [c.score for c in r.candidates if c.doc_id != "bridge.md"]
+    assert max(others) < r.best.score
+
+
+def test_the_oracle_repeats_exactly(coll: Collection) -> None:
+    a = run(OracleRetriever(coll, LexicalScorer(name="lexical"), config=HASHED.retrieval))
+    b = run(OracleRetriever(coll, LexicalScorer(name="lexical"), config=HASHED.retrieval))
+    assert a.model_copy(update={"latency_ms": 0.0}) == b.model_copy(update={"latency_ms": 0.0})
+    assert a.latency_ms > 0
+
+
+def test_query_cosines_are_read_in_the_index_space(oracle: OracleRetriever, coll: Collection) -> None:
+    r = run(oracle)
+    gen = coll.load()
+    q = Retriever(coll, HASHED.retrieval).embedder.embed([QUESTION])[0]
+    for c in r.candidates:
+        assert abs(float(gen.vectors[gen.position[c.chunk_id]] @ q) - c.query_cosine) < 1e-5
+
+
+def test_removed_documents_leave_nothing_to_support_the_answer(coll: Collection) -> None:
+    gap = without_documents(coll, ["bridge.md"], "kb.gap")
+    r = run(OracleRetriever(gap, LexicalScorer(name="lexical"), config=HASHED.retrieval))
+    assert r.corpus_chunks == 3
+    assert "bridge.md" not in {c.doc_id for c in r.candidates}
+    assert r.oracle_set(0.05) == ()
+
+
+def test_a_passage_cut_mid_sentence_is_found_as_a_split(coll: Collection) -> None:
+    text = coll.load().chunks[coll.load().position[_bridge(coll)]].text
+    cut = text.index("1887")  # "...was completed in | 1887 by the engineer..."
+    emb = Retriever(coll, HASHED.retrieval).embedder
+    split_coll = rechunked(coll, {"bridge.md": (text, cut)}, emb, "kb.cut")
+    parts = [c for c in split_coll.load().chunks if c.doc_id == "bridge.md"]
+    assert [p.ordinal for p in parts] == [0, 1] and parts[0].text.endswith("completed in")
+    r = run(OracleRetriever(split_coll, LexicalScorer(name="lexical"), config=HASHED.retrieval))
+    assert r.splits, "the two halves are neighbours"
+    s = r.splits[0]
+    assert s.chunk_ids == (parts[0].chunk_id, parts[1].chunk_id)
+    assert "completed in 1887" in s.sentence
+    assert s.straddle_score > s.inside_score
+
+
+def test_a_clean_boundary_offers_the_sentences_either_side(coll: Collection) -> None:
+    text = coll.load().chunks[coll.load().position[_bridge(coll)]].text
+    cut = text.index("It spans")
+    emb = Retriever(coll, HASHED.retrieval).embedder
+    split_coll = rechunked(coll, {"bridge.md": (text, cut)}, emb, "kb.clean")
+    r = run(OracleRetriever(split_coll, LexicalScorer(name="lexical"), config=HASHED.retrieval))
+    assert r.splits
+    # the answer sits whole in the first chunk: no gain from joining
+    assert r.splits[0].straddle_score <= r.splits[0].inside_score + 1e-9
+
+
+def test_join_adjacent_writes_the_chunker_overlap_once() -> None:
+    joined, end, start = join_adjacent("One two three. Four five six", "Four five six seven.")
+    assert joined == "One two three. Four five six seven."
+    assert (end, start) == (len("One two three. Four five six"), len("One two three. "))
+    joined, end, start = join_adjacent("A short one", "and the rest.")
+    assert joined == "A short one and the rest." and start == end + 1
+
+
+def test_offline_paraphrases_use_the_collection_vocabulary(coll: Collection) -> None:
+    voc = Vocabulary.from_chunks(coll.load().chunks)
+    term_drop, vocabulary, reorder = OfflineParaphraser(voc).variants(QUESTION)
+    # "Bridge" is in three of the four documents: the least discriminating term goes
+    assert term_drop == "Zorblat completed"
+    # "zorblat" co-occurs with "vell" in both of its chunks
+    assert vocabulary == "When was the Zorblat Bridge completed vell"
+    # rotated to start at the rarest term ("completed": one chunk)
+    assert reorder == "completed When was the Zorblat Bridge"
+
+
+def test_a_chat_model_writes_the_paraphrases_and_a_failing_one_falls_back(coll: Collection) -> None:
+    voc = Vocabulary.from_chunks(coll.load().chunks)
+    good = FunctionModel(lambda _req: '{"paraphrases": ["a one", "a two", "a three", "a four"]}')
+    got = asyncio.run(ChatParaphraser(good, OfflineParaphraser(voc)).paraphrase(QUESTION))
+    assert [v.text for v in got] == ["a one", "a two", "a three"]
+    assert {v.source for v in got} == {f"chat:{good.name}"}
+
+    def broken(_req: object) -> str:
+        raise TransientModelError("down")
+
+    got = asyncio.run(ChatParaphraser(FunctionModel(broken), OfflineParaphraser(voc)).paraphrase(QUESTION))
+    assert [v.text for v in got] == OfflineParaphraser(voc).variants(QUESTION)
+    assert all("chat model failed: TransientModelError" in v.source for v in got)
+    short = FunctionModel(lambda _req: '{"paraphrases": ["only one"]}')
+    got = asyncio.run(ChatParaphraser(short, OfflineParaphraser(voc)).paraphrase(QUESTION))
+    assert got[0].text == "only one" and got[1].text == OfflineParaphraser(voc).variants(QUESTION)[1]
+    assert "fewer paraphrases" in got[1].source and len(got) == 3
+
+
+def test_paraphrases_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
+    script = tmp_path / "para.py"
+    script.write_text(
+        "import json, sys\n"
+        "from ragloop.improve.paraphrase import ChatParaphraser, OfflineParaphraser, Vocabulary\n"
+        "from ragloop.ingest.types import Chunk\n"
+        "from tests.agent.conftest import DOCS\n"
+        "chunks = [Chunk(k, k, 0, v) for k, v in DOCS.items()]\n"
+        "p = OfflineParaphraser(Vocabulary.from_chunks(chunks))\n"
+        "qs = ['When was the Zorblat Bridge completed?', 'Who designed the tower in Ostria?', 'How tall is it']\n"
+        "print(json.dumps([p.variants(q) for q in qs]))\n"
+    )
+    outs = set()
+    for seed in ("1", "2", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
+        outs.add(done.stdout)
+    assert len(outs) == 1
+    assert len(json.loads(outs.pop())) == 3
+
+
+def _bridge(coll: Collection) -> str:
+    return next(c.chunk_id for c in coll.load().chunks if c.doc_id == "bridge.md")
