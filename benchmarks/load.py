@@ -147,11 +147,11 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait()
 
 
-def make_key() -> str:
+def make_key(role: str = "user") -> str:
     from ragloop.store import Store
 
     with Store.open(f"sqlite:///{LOAD_HOME / 'ragloop.db'}") as store:
-        return store.api_keys.create_api_key("user", name="load", rate_limit_per_minute=1_000_000).key
+        return store.api_keys.create_api_key(role, name=f"load-{role}", rate_limit_per_minute=1_000_000).key
 
 
 async def user(
@@ -188,10 +188,10 @@ async def user(
                 level.errors[key] = level.errors.get(key, 0) + 1
 
 
-async def sample_metrics(client: httpx.AsyncClient, level: Level, until: asyncio.Event) -> None:
+async def sample_metrics(client: httpx.AsyncClient, admin_key: str, level: Level, until: asyncio.Event) -> None:
     while not until.is_set():
         try:
-            text = (await client.get("/metrics")).text
+            text = (await client.get("/metrics", headers={"Authorization": f"Bearer {admin_key}"})).text
             if m := LAG_RE.search(text):
                 level.lag.append(float(m.group(1)))
             if m := DEPTH_RE.search(text):
@@ -202,14 +202,16 @@ async def sample_metrics(client: httpx.AsyncClient, level: Level, until: asyncio
             await asyncio.wait_for(until.wait(), timeout=1.0)
 
 
-async def run_level(base: str, key: str, tasks: list[MtragTask], concurrency: int, duration: float) -> Level:
+async def run_level(
+    base: str, key: str, admin_key: str, tasks: list[MtragTask], concurrency: int, duration: float
+) -> Level:
     level = Level(concurrency)
     headers = {"Authorization": f"Bearer {key}"}
     convs = itertools.cycle(tasks)
     limits = httpx.Limits(max_connections=concurrency + 4)
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
         done = asyncio.Event()
-        sampler = asyncio.create_task(sample_metrics(client, level, done))
+        sampler = asyncio.create_task(sample_metrics(client, admin_key, level, done))
         t0 = time.monotonic()
         deadline = t0 + duration
         await asyncio.gather(*(user(client, headers, convs, level, deadline, i) for i in range(concurrency)))
@@ -410,7 +412,7 @@ def main() -> None:
     tasks = sorted(load_mtrag().tasks, key=lambda t: (len(t.user_turns()), t.task_id))
     # the longest conversations first would make early levels unrepresentative: interleave lengths
     tasks = tasks[::2] + tasks[1::2][::-1]
-    key = make_key()
+    key, admin_key = make_key(), make_key("admin")  # /metrics needs an admin key
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     logs = LOAD_HOME / "logs"
@@ -438,10 +440,10 @@ def main() -> None:
         else:
             raise SystemExit("ragloop serve was not ready within 120 s")
         print(f"server ready in {time.monotonic() - t0:.1f} s at {base}", flush=True)
-        warm = asyncio.run(run_level(base, key, tasks[-5:], 1, 5.0))  # load models, fill caches
+        warm = asyncio.run(run_level(base, key, admin_key, tasks[-5:], 1, 5.0))  # load models, fill caches
         served += warm.answer_ids
         for c in levels:
-            level = asyncio.run(run_level(base, key, tasks, c, args.duration))
+            level = asyncio.run(run_level(base, key, admin_key, tasks, c, args.duration))
             served += level.answer_ids
             row = level.row()
             results.append(row)

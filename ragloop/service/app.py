@@ -110,7 +110,7 @@ def create_app(
         store=store,
         owns_store=owns_store,
         metrics=metrics,
-        limiter=RateLimiter(cfg.rate_limit_per_minute),
+        limiter=RateLimiter(cfg.rate_limit_per_minute, failures_per_minute=cfg.auth_failures_per_minute),
         agents=agents,
         recorder=recorder,
         documents=documents,

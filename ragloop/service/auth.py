@@ -5,6 +5,10 @@
   wrong or revoked key → 401, a user key on an admin route → 403.
 - Each key has a token bucket: `rate_limit_per_minute` tokens (the key's own, or the service
   default), refilled continuously; an empty bucket → 429 with `Retry-After` (whole seconds).
+- Refused keys are limited per client address (`FailedAuthLimiter`): past `auth_failures_per_minute`
+  of them, a request from that address that presents a key gets 429 with `Retry-After` before its
+  key is even looked up. Every refusal costs the same (one lookup, one hash comparison: see
+  `ApiKeys.verify_api_key`), so its timing does not tell a key id that exists from one that does not.
 - Bodies over the limit are refused with 413 before the app reads them: by `Content-Length` when
   sent, else by counting the bytes as they stream in (chunked uploads cannot sneak past).
 - Keys never reach the logs: `RedactKeys` masks anything shaped like a key in every log record,
@@ -48,12 +52,66 @@ class Caller:
         return cls(rec.key_id, rec.role, rec.rate_limit_per_minute)
 
 
-class RateLimiter:
-    """Token buckets per key id; thread-safe."""
+class FailedAuthLimiter:
+    """Refused keys per client address: a bucket of `per_minute` failures, refilled evenly (so a
+    client that mistyped its key is back within seconds); thread-safe. `retry_after(address)` is
+    asked before a key is verified and `failed(address)` after a refusal, so a burst of concurrent
+    requests may overshoot by the number already being verified. `per_minute=0` turns it off.
+    Behind a reverse proxy every client has the proxy's address unless the server is told to trust
+    its forwarded-for header (`uvicorn --proxy-headers --forwarded-allow-ips`)."""
 
-    def __init__(self, default_per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+    MAX_ADDRESSES = 100_000
+    """Beyond this many tracked addresses, the ones that have refilled (or the quietest half) are dropped."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if per_minute < 0:
+            raise ValueError("per_minute must be 0 (off) or positive")
+        self.per_minute = per_minute
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def _tokens(self, address: str, now: float) -> float:
+        tokens, last = self._buckets.get(address, (float(self.per_minute), now))
+        return min(float(self.per_minute), tokens + (now - last) * self.per_minute / 60.0)
+
+    def retry_after(self, address: str) -> float | None:
+        """Seconds until `address` may try a key again; None when it may now."""
+        if not self.per_minute:
+            return None
+        now = self.clock()
+        with self._lock:
+            tokens = self._tokens(address, now)
+        return None if tokens >= 1.0 else (1.0 - tokens) * 60.0 / self.per_minute
+
+    def failed(self, address: str) -> None:
+        """Count one refused key from `address`."""
+        if not self.per_minute:
+            return
+        now = self.clock()
+        with self._lock:
+            self._buckets[address] = (max(0.0, self._tokens(address, now) - 1.0), now)
+            if len(self._buckets) > self.MAX_ADDRESSES:
+                self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        full = [a for a in self._buckets if self._tokens(a, now) >= self.per_minute]
+        for a in full:
+            del self._buckets[a]
+        if len(self._buckets) > self.MAX_ADDRESSES:
+            for a, _ in sorted(self._buckets.items(), key=lambda kv: kv[1][1])[: len(self._buckets) // 2]:
+                del self._buckets[a]
+
+
+class RateLimiter:
+    """Token buckets per key id, and the limiter of refused keys per address (`failures`); thread-safe."""
+
+    def __init__(
+        self, default_per_minute: int, clock: Callable[[], float] = time.monotonic, *, failures_per_minute: int = 0
+    ) -> None:
         self.default_per_minute = default_per_minute
         self.clock = clock
+        self.failures = FailedAuthLimiter(failures_per_minute, clock)
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 

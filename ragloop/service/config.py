@@ -41,6 +41,10 @@ class ServiceConfig:
     # HTTP
     cors_origins: tuple[str, ...] = ()
     """Allowed browser origins; empty (the default) means CORS is off."""
+    auth_failures_per_minute: int = 20
+    """Refused API keys (malformed, unknown, wrong secret, revoked) allowed per client address per
+    minute, refilled evenly; past them a request from that address that presents a key gets 429
+    with `Retry-After` before its key is looked up. 0 turns the limit off."""
 
     # evaluation
     inprocess_worker: bool = True
@@ -56,6 +60,12 @@ class ServiceConfig:
     tier2_threshold: float = 0.6
     tier3_sample_rate: float = 0.001
     tier3_disagreement: float = 0.3
+    """A tier-2 score this far from tier 1's makes the answer a candidate for human review."""
+    tier3_disagreement_share: float = 0.05
+    """Of the answers judged at tier 2 in a UTC day, at most this share (rounded up) go to human
+    review for disagreement: the highest-disagreement candidates, chosen when the day is over."""
+    tier3_disagreement_daily_max: int = 25
+    """And at most this many a day (0: disagreement sends nothing to review)."""
     lease_seconds: float = 60.0
     poll_interval_s: float = 0.5
     job_max_attempts: int = 5

@@ -17,6 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ragloop.service.review_intake import CANDIDATE
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -32,7 +34,8 @@ AUTOMATIC_TIERS = ("heuristic", "llm_judge")
 
 class _QueueCollector(Collector):
     """Queue depth and lag per tier. The headline depth and lag cover the automatic tiers (1 and 2):
-    human review jobs (tier 3) wait for people and are reported on their own."""
+    human review jobs (tier 3) wait for people and are reported on their own, as are the review
+    candidates held for the capped daily intake (`review_intake.py`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -64,6 +67,9 @@ class _QueueCollector(Collector):
             "ragloop_evaluation_tier_lag_seconds", "Age of the oldest unfinished job per tier", labels=["tier"]
         )
         review = GaugeMetricFamily("ragloop_review_queue_depth", "Answers waiting for human review (tier 3)")
+        held = GaugeMetricFamily(
+            "ragloop_review_candidates", "Disagreement cases held until their day's capped review intake is chosen"
+        )
         due = GaugeMetricFamily("ragloop_evaluation_queue_due", "Evaluation jobs due to be claimed now")
         try:
             stats = self.store.queue.stats()
@@ -82,8 +88,9 @@ class _QueueCollector(Collector):
         depth.add_metric([], pending)
         lag.add_metric([], max((ages.get(t, 0.0) for t in AUTOMATIC_TIERS), default=0.0))
         review.add_metric([], stats.by_tier.get("human", {}).get("queued", 0))
+        held.add_metric([], stats.by_tier.get(CANDIDATE, {}).get("queued", 0))
         due.add_metric([], stats.due)
-        yield from (jobs, depth, lag, lag_by_tier, review, due)
+        yield from (jobs, depth, lag, lag_by_tier, review, held, due)
 
 
 def _aware(at: datetime) -> datetime:
@@ -112,6 +119,12 @@ class ServiceMetrics:
             "ragloop_answer_persist_failures", "Answers that could not be stored (and so not evaluated)", registry=r
         )
         self.rate_limited = Counter("ragloop_rate_limited", "Requests refused by the per-key rate limit", registry=r)
+        self.auth_failures = Counter(
+            "ragloop_auth_failures", "Requests refused for a malformed, unknown, wrong or revoked key", registry=r
+        )
+        self.auth_blocked = Counter(
+            "ragloop_auth_blocked", "Requests refused unchecked: their address had too many refused keys", registry=r
+        )
         self.evaluations = Counter(
             "ragloop_evaluations", "Evaluations written by this process", ["tier", "status"], registry=r
         )

@@ -187,9 +187,14 @@ def _extra(public: QueryPublic) -> RagloopExtra:
 
 
 @router.get("/v1/models", response_model=ModelList, summary="Models (OpenAI-compatible)")
-def list_models(svc: ServiceDep, _caller: CallerDep) -> ModelList:
+def list_models(svc: ServiceDep, caller: CallerDep) -> ModelList:
+    """`ragloop` (the default collection) and `ragloop:<collection>`: every collection for an admin
+    key; for a user key only the default one, since the collection list is inventory."""
     created = int(svc.started_at)
-    names = [MODEL] + [f"{MODEL}:{c}" for c in list_collections(svc.settings)]
+    collections = list_collections(svc.settings)
+    if not caller.is_admin:
+        collections = [c for c in collections if c == svc.config.collection]
+    names = [MODEL] + [f"{MODEL}:{c}" for c in collections]
     return ModelList(data=[ModelCard(id=n, created=created) for n in names])
 
 

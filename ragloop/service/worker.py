@@ -7,8 +7,8 @@
   feedback route, and detailed feedback to tier 3.
 - **Tier 2** (`llm_judge`): the configured judge. A judge that fails is retried with backoff; on the
   last attempt a *failed* evaluation is written together with the dead letter, so no answer is ever
-  silently left unjudged. A tier-2 score that disagrees with tier 1 by more than the threshold sends
-  the answer to human review.
+  silently left unjudged. A tier-2 score that disagrees with tier 1 by more than the threshold makes
+  the answer a review candidate; each day's highest go to human review, capped (`review_intake.py`).
 - **Exactly once**: the evaluation, any follow-up jobs and `complete()` commit in one transaction
   under the job's lease. A worker killed mid-job (even mid-transaction) leaves the job leased; the
   lease expires and the next claim redoes it from scratch.
@@ -42,6 +42,7 @@ from ragloop.service.config import ServiceConfig
 from ragloop.service.heuristics import PRIOR, HeuristicModel, Tier1Input, compute_features
 from ragloop.service.judge import Judge, JudgeInput
 from ragloop.service.metrics import ServiceMetrics
+from ragloop.service.review_intake import ReviewIntake
 from ragloop.store import Evaluation, EvaluationJob, Job, LeaseLostError, NotFoundError, Store, question_hash
 
 log = logging.getLogger("ragloop.service.worker")
@@ -92,6 +93,7 @@ class EvaluationWorker:
         self.worker_id = worker_id or default_worker_id()
         self.job_delay_s = job_delay_s
         self.clock = clock
+        self.intake = ReviewIntake(store, config, tier2=TIER2, tier3=TIER3)
         self._golden: tuple[float, dict[str, str]] | None = None
         self._last_sweep = -1e18
         self._wake: asyncio.Event | None = None
@@ -125,6 +127,7 @@ class EvaluationWorker:
             if self.clock() - self._last_sweep > SWEEP_EVERY_S:
                 self._last_sweep = self.clock()
                 await self._guarded(self.sweep_dead_letters)
+                await self._guarded(self.intake.select_due)
             result = await self._guarded(self.run_once)
             if isinstance(result, Processed):
                 done += 1
@@ -327,9 +330,14 @@ class EvaluationWorker:
                 tier1 = self.store.evaluations.latest(job.answer_id, TIER1)
                 h = tier1.heuristic_score if tier1 is not None and tier1.status == "completed" else None
                 disagreement = abs(overall - h) if overall is not None and h is not None else None
+                candidate = disagreement is not None and self.intake.offer(job.answer_id, disagreement)
                 evidence = dict(result.evidence)
                 evidence.update(
-                    overall=overall, heuristic_score=h, disagreement=disagreement, reasons=p.get("reasons", [])
+                    overall=overall,
+                    heuristic_score=h,
+                    disagreement=disagreement,
+                    reasons=p.get("reasons", []),
+                    review_candidate=candidate,
                 )
                 self.store.evaluations.add(
                     job.answer_id,
@@ -338,10 +346,6 @@ class EvaluationWorker:
                     failure_evidence=evidence,
                     evaluator_model=self.judge.name if self.judge else None,
                 )
-                if disagreement is not None and disagreement > self.config.tier3_disagreement:
-                    self.store.queue.enqueue(
-                        job.answer_id, TIER3, {"reasons": ["tier1_tier2_disagreement"], "disagreement": disagreement}
-                    )
                 self.store.queue.complete(job.job_id, self.worker_id, token)
 
         await asyncio.to_thread(commit)

@@ -14,6 +14,8 @@ Life of a job::
 - Each claim draws a fresh `lease_token`. `complete`, `fail` and `extend_lease` need the worker id, the
   token and an unexpired lease; otherwise they raise `LeaseLostError` and change nothing. A worker that
   stalled past its lease therefore cannot complete a job someone else now holds.
+- Jobs no worker claims (tier `human`, held candidates) are read with `count` / `listed` and settled
+  with `close`; `exclusive(name)` serialises a decision that reads and writes many of them.
 - Exactly-once results: write the result and call `complete` in one transaction, so a lost lease
   rolls the result back too::
 
@@ -27,10 +29,11 @@ shares a queue should keep its clock in sync (NTP); leases are seconds to minute
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from sqlalchemy import Table, and_, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -41,6 +44,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from ragloop.store.db import Database
 from ragloop.store.models import JOB_STATUSES, Answer, EvaluationJob, new_id, utcnow
 from ragloop.store.repositories import NotFoundError
+from ragloop.store.repositories._base import _serialize
 
 JOBS = cast(Table, EvaluationJob.__table__)
 J = JOBS.c
@@ -310,6 +314,61 @@ class EvaluationQueue:
             row.dead_reason = None
             s.flush()
             return Job.from_row(row)
+
+    def count(
+        self,
+        tier: str | None = None,
+        *,
+        statuses: Sequence[str] = ("queued",),
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: Literal["created_at", "completed_at"] = "created_at",
+    ) -> int:
+        """Jobs of `tier` (every tier when None) in `statuses` whose `by` time is in [since, until):
+        `count("human")` is the review queue's size."""
+        with self.db.transaction(write=False) as s:
+            where = self._where(tier, statuses, since, until, by)
+            return int(s.scalar(select(func.count()).select_from(JOBS).where(where)) or 0)
+
+    def listed(
+        self, tier: str, *, statuses: Sequence[str] = ("queued",), since: datetime | None = None, limit: int = 10_000
+    ) -> list[Job]:
+        """Jobs of `tier` in `statuses` created since `since`, oldest first."""
+        with self.db.transaction(write=False) as s:
+            where = self._where(tier, statuses, since, None, "created_at")
+            stmt = select(JOBS).where(where).order_by(J.created_at, J.job_id).limit(limit)
+            return [Job.from_mapping(r) for r in s.execute(stmt).mappings()]
+
+    @staticmethod
+    def _where(
+        tier: str | None, statuses: Sequence[str], since: datetime | None, until: datetime | None, by: str
+    ) -> ColumnElement[bool]:
+        conds: list[ColumnElement[bool]] = [J.status.in_(list(statuses))]
+        conds += [J.tier == tier] if tier is not None else []
+        conds += [J[by] >= since] if since is not None else []
+        conds += [J[by] < until] if until is not None else []
+        return and_(*conds)
+
+    def close(self, job_ids: Sequence[str]) -> int:
+        """Mark queued jobs done without a lease: jobs that no worker claims (held candidates) are
+        settled by whoever decides them. Jobs not queued are left alone; returns how many changed."""
+        now = self.clock()
+        with self.db.transaction() as s:
+            result = s.execute(
+                update(JOBS)
+                .where(J.job_id.in_(list(job_ids)), J.status == "queued")
+                .values(status="done", completed_at=now, updated_at=now)
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
+    @contextmanager
+    def exclusive(self, name: str) -> Iterator[Session]:
+        """A write transaction that holds the lock `name` until it ends (an advisory lock on
+        PostgreSQL; the write lock on SQLite), for decisions that read then write many jobs at once.
+        Queue calls inside it join the transaction."""
+        with self.db.transaction() as s:
+            _serialize(s, f"queue:{name}")
+            yield s
 
     def depth(self) -> dict[str, int]:
         """Job counts by status (every status present, zeros included)."""

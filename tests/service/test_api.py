@@ -237,7 +237,9 @@ async def test_health_ready_metrics(collection: Collection, store: Store) -> Non
         ready = await c.get("/readyz")
         assert ready.status_code == 200 and set(ready.json()["checks"]) == {"store", "index", "models"}
         await c.post("/v1/query", json={"question": Q, "session_id": "m"}, headers=keys.u)
-        text = (await c.get("/metrics")).text
+        assert (await c.get("/metrics")).status_code == 401  # inventory needs an admin key
+        assert (await c.get("/metrics", headers=keys.u)).status_code == 403
+        text = (await c.get("/metrics", headers=keys.a)).text
         assert 'ragloop_http_requests_total{method="POST",route="/v1/query",status="200"} 1.0' in text
         assert "ragloop_http_request_duration_seconds_bucket" in text
         assert "ragloop_evaluation_queue_depth" in text and "ragloop_evaluation_lag_seconds" in text
@@ -267,7 +269,10 @@ async def test_health_ready_metrics(collection: Collection, store: Store) -> Non
 async def test_not_ready_without_an_index(store: Store) -> None:
     keys = make_keys(store)
     async with running(build_app(store)) as c:
-        r = await c.get("/readyz")
+        r = await c.get("/readyz")  # a probe without a key learns the reason's class, no names
+        assert r.status_code == 503
+        assert r.json()["checks"] == {"store": "ok", "index": "missing", "models": "not checked"}
+        r = await c.get("/readyz", headers=keys.a)
         assert r.status_code == 503 and "no collection named 'default'" in r.json()["checks"]["index"]
         r = await c.post("/v1/query", json={"question": Q, "session_id": "x"}, headers=keys.u)
         assert r.status_code == 404 and "no collection named 'default'" in r.json()["detail"]

@@ -85,7 +85,7 @@ async def test_rate_limit_429_with_retry_after(collection: Collection, store: St
         assert "rate limit of 3 requests per minute" in r.json()["detail"]
         # the limit is per key: another key is unaffected
         assert (await c.get("/v1/conversations", headers=keys.u)).status_code == 200
-        metrics = (await c.get("/metrics")).text
+        metrics = (await c.get("/metrics", headers=keys.a)).text
         assert "ragloop_rate_limited_total 1.0" in metrics
 
 

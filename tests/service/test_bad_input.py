@@ -71,7 +71,7 @@ async def test_malformed_requests_are_4xx_with_a_message(collection: Collection,
         r = await c.post(f"/v1/answers/{unknown}/feedback", json={"rating": "negative"}, headers=keys.u)
         assert r.status_code == 404 and unknown in r.json()["detail"]
         assert (await c.get(f"/v1/evaluations/{unknown}", headers=keys.u)).status_code == 404
-        assert (await c.get("/v1/jobs/nope", headers=keys.u)).status_code == 404
+        assert (await c.get("/v1/jobs/nope", headers=keys.a)).status_code == 404
         r = await c.post("/v1/pipeline/rollback", json={"target_version": "pv-000000000000"}, headers=keys.a)
         assert r.status_code == 404
         r = await c.post("/v1/query", json={"question": "q", "session_id": "s", "collection": "nope"}, headers=keys.u)

@@ -43,8 +43,10 @@ async def test_the_job_list_survives_a_restart(collection: Collection, any_store
 
     async with running(build_app(store)) as c:  # a new instance of the service on the same database
         for job in (upload, delete):
-            again = (await c.get(f"/v1/jobs/{job['job_id']}", headers=keys.u)).json()
+            again = (await c.get(f"/v1/jobs/{job['job_id']}", headers=keys.a)).json()
             assert again == job
+            # jobs are admin-only like the uploads that make them: the same 403 for every id
+            assert (await c.get(f"/v1/jobs/{job['job_id']}", headers=keys.u)).status_code == 403
         listed = (await c.get("/v1/jobs", headers=keys.a)).json()
         assert [j["job_id"] for j in listed] == [delete["job_id"], upload["job_id"]]
         only = (await c.get("/v1/jobs", params={"status": "succeeded", "limit": 1}, headers=keys.a)).json()
@@ -52,7 +54,8 @@ async def test_the_job_list_survives_a_restart(collection: Collection, any_store
         assert (await c.get("/v1/jobs", params={"collection": "other"}, headers=keys.a)).json() == []
         assert (await c.get("/v1/jobs", headers=keys.u)).status_code == 403  # listing is for admins
         assert (await c.get("/v1/jobs", params={"status": "lost"}, headers=keys.a)).status_code == 422
-        assert (await c.get("/v1/jobs/nope", headers=keys.u)).status_code == 404
+        assert (await c.get("/v1/jobs/nope", headers=keys.u)).status_code == 403
+        assert (await c.get("/v1/jobs/nope", headers=keys.a)).status_code == 404
 
 
 async def test_jobs_left_unfinished_are_resumed_or_failed_at_start_up(collection: Collection, store: Store) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from ragloop.service.heuristics import (
 from ragloop.service.judge import ChatJudge, Judge, JudgeError, JudgeInput, JudgeResult, ScorerJudge, Verdict
 from ragloop.service.pipelines import default_agent_factory
 from ragloop.service.worker import EvaluationWorker, sampled
-from ragloop.store import Store
+from ragloop.store import Store, utcnow
 from tests.service.conftest import CFG, SERVICE, build_app, make_keys, running, worker_for
 
 pytestmark = pytest.mark.anyio
@@ -107,7 +108,7 @@ async def test_embedded_worker_evaluates_in_the_background(collection: Collectio
             await asyncio.sleep(0.05)
         else:
             raise AssertionError("the embedded worker did not evaluate the answers")
-        metrics = (await c.get("/metrics")).text
+        metrics = (await c.get("/metrics", headers=keys.a)).text
         assert 'ragloop_evaluations_total{status="completed",tier="heuristic"}' in metrics
 
 
@@ -185,8 +186,8 @@ async def test_routing_golden_low_score_and_human_review(collection: Collection,
     )
     async with running(build_app(store)) as c:
         ids = await ask_all(c, keys.u, QUESTIONS[:2])
-        # a strict threshold sends everything to tier 2; tier 3 on every disagreement
-        worker = worker_for(store, tier2_threshold=1.01, tier3_disagreement=-1.0)
+        # a strict threshold sends everything to tier 2; every disagreement is a review candidate
+        worker = worker_for(store, tier2_threshold=1.01, tier3_disagreement=-1.0, tier3_disagreement_share=1.0)
 
         def judged() -> bool:
             return all(("llm_judge", "completed") in tiers_of(store, a) for a in ids)
@@ -198,6 +199,9 @@ async def test_routing_golden_low_score_and_human_review(collection: Collection,
         assert ev is not None and ev.context_recall is not None  # the reference made recall measurable
         other = next(j for j in store.queue.for_answer(ids[1]) if j.tier == "llm_judge")
         assert other.payload["reasons"] == ["low_heuristic_score"]
+        assert (await c.get("/v1/review", headers=keys.a)).json() == []  # held until the day is over
+        [day] = worker.intake.select_due(now=utcnow() + timedelta(days=2))  # any time after the day's grace
+        assert sorted(day.admitted) == sorted(ids)
 
         queue = (await c.get("/v1/review", headers=keys.a)).json()
         assert {i["answer_id"] for i in queue} == set(ids)

@@ -132,11 +132,14 @@ def test_serve_with_the_openai_sdk(server: tuple[str, Path], ragloop_home: Path)
     assert r.status_code == 200 and "96 metres" in r.json()["answer"]
     assert httpx.post(f"{base}/v1/pipeline/rollback", json={}, headers=h).status_code == 403
     ready = httpx.get(f"{base}/readyz").json()
-    assert ready["status"] == "ready"
+    assert ready == {"status": "ready", "checks": {"store": "ok", "index": "ok", "models": "ok"}}
+    admin = cli(ragloop_home, "keys", "create", "--role", "admin", "--json")
+    assert admin.returncode == 0, admin.stderr
+    ah = {"Authorization": f"Bearer {json.loads(admin.stdout)['key']}"}
     # the embedded worker evaluates what was served
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        metrics = httpx.get(f"{base}/metrics").text
+        metrics = httpx.get(f"{base}/metrics", headers=ah).text
         if 'ragloop_evaluation_queue_jobs{status="done",tier="heuristic"} 3.0' in metrics:
             break
         time.sleep(0.2)

@@ -194,3 +194,52 @@ def test_result_and_completion_commit_together(
         store.evaluations.add(answer.answer_id, "heuristic", heuristic_score=0.9)
         store.queue.complete(fresh.job_id, "fast", fresh.lease_token)
     assert [e.heuristic_score for e in store.evaluations.for_answer(answer.answer_id)] == [0.9]
+
+
+def test_count_listed_and_close_for_jobs_no_worker_claims(
+    queue: EvaluationQueue, clock: FakeClock, make_answer: Callable[..., Answer]
+) -> None:
+    start = clock.now
+    held = []
+    for _ in range(3):
+        held.append(queue.enqueue(make_answer().answer_id, "held"))
+        clock.advance(1)
+    clock.advance(7)
+    review = queue.enqueue(make_answer().answer_id, "human")
+    judge = queue.enqueue(make_answer().answer_id, "llm_judge")
+    assert queue.count("human") == 1 and queue.count("held") == 3 and queue.count() == 5
+    assert queue.count("held", since=start, until=start + timedelta(seconds=10)) == 3
+    assert queue.count("held", since=start + timedelta(seconds=10)) == 0
+    assert [j.job_id for j in queue.listed("held")] == [j.job_id for j in held]  # oldest first
+    assert [j.job_id for j in queue.listed("held", since=start + timedelta(seconds=1))] == [
+        held[1].job_id,
+        held[2].job_id,
+    ]
+    assert queue.claim("w", tiers=["held", "human"]) is not None  # claimable if asked for: close only the queued
+    leased = next(j for j in queue.listed("held", statuses=("leased",)))
+    assert queue.close([j.job_id for j in held]) == 2
+    assert queue.get(leased.job_id).status == "leased"  # type: ignore[union-attr]
+    assert queue.count("held", statuses=("done",)) == 2 and queue.count("held") == 0
+    # completions are counted by when they happened
+    got = queue.claim("w", tiers=["llm_judge"])
+    assert got is not None and got.job_id == judge.job_id and got.lease_token is not None
+    clock.advance(5)
+    queue.complete(got.job_id, "w", got.lease_token)
+    after = clock.now
+    assert queue.count("llm_judge", statuses=("done",), since=after, by="completed_at") == 1
+    assert queue.count("llm_judge", statuses=("done",), until=after, by="completed_at") == 0
+    assert queue.count("human") == 1 and review.status == "queued"
+
+
+def test_exclusive_joins_queue_calls_into_one_transaction(
+    queue: EvaluationQueue, make_answer: Callable[..., Answer]
+) -> None:
+    a, b = make_answer(), make_answer()
+    with pytest.raises(RuntimeError), queue.exclusive("test"):
+        queue.enqueue(a.answer_id, "held")
+        raise RuntimeError("decided against it")
+    assert queue.count("held") == 0  # rolled back with the transaction
+    with queue.exclusive("test"):
+        queue.enqueue(b.answer_id, "held")
+        queue.close([j.job_id for j in queue.listed("held")])
+    assert queue.count("held", statuses=("done",)) == 1

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, HTTPException, Path, Query, UploadFile, status
 
-from ragloop.service.deps import AdminDep, CallerDep, ServiceDep
+from ragloop.service.deps import AdminDep, ServiceDep
 from ragloop.service.documents import StagedFile, UploadError, check_collection_name, check_filename, job_public
 from ragloop.service.schemas import JobPublic
 
@@ -112,10 +112,12 @@ async def delete_document(name: CollectionName, doc_id: str, svc: ServiceDep, _a
     "/v1/jobs/{job_id}",
     response_model=JobPublic,
     responses={404: {"description": "No such job."}},
-    summary="A document job's status and progress",
+    summary="A document job's status and progress (admin)",
 )
-def get_job(job_id: str, svc: ServiceDep, _caller: CallerDep) -> JobPublic:
-    """Jobs are kept in the database: any instance answers, and a restart forgets none."""
+def get_job(job_id: str, svc: ServiceDep, _admin: AdminDep) -> JobPublic:
+    """Jobs are kept in the database: any instance answers, and a restart forgets none. Admin only,
+    like the uploads and deletions that make jobs and the job list: a user key gets 403 for every
+    id, so it learns neither which ids exist nor any file name."""
     job = svc.documents.get(job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id!r}")

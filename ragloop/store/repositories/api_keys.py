@@ -6,10 +6,13 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import String, bindparam, select, update
+from sqlalchemy.engine import RowMapping
 
 from ragloop.store.db import Database
 from ragloop.store.models import API_KEY_ROLES, ApiKey, utcnow
@@ -18,6 +21,15 @@ from ragloop.store.repositories._base import _require, _sha256
 API_KEY_PREFIX = "rlk"
 _KEY_RE = re.compile(r"^rlk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,})$")
 _DUMMY_HASH = _sha256("rlk_0000000000000000_dummy-key-for-constant-time-miss")
+_NO_KEY_ID = "-" * 16  # what a malformed key looks up: issued ids are hex, so no row has it
+_FIELDS = ("key_id", "key_hash", "role", "name", "rate_limit_per_minute", "created_at", "revoked_at", "last_used_at")
+# one row whether or not the key id exists (NULLs when it does not): a miss reads like a hit
+_PRESENTED = select(bindparam("key_id", type_=String(32)).label("key_id")).subquery("presented")
+_LOOKUP = (
+    select(*(getattr(ApiKey, f) for f in _FIELDS))
+    .select_from(_PRESENTED)
+    .outerjoin(ApiKey, ApiKey.key_id == _PRESENTED.c.key_id)
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,10 @@ class ApiKeyRecord:
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+    @classmethod
+    def from_mapping(cls, row: RowMapping | Mapping[str, Any]) -> ApiKeyRecord:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
     @classmethod
     def from_row(cls, row: ApiKey) -> ApiKeyRecord:
@@ -102,20 +118,28 @@ class ApiKeys:
             return IssuedApiKey(key=key, record=ApiKeyRecord.from_row(row))
 
     def verify_api_key(self, key: str, *, touch: bool = False) -> ApiKeyRecord | None:
-        """The record of a valid, unrevoked key; None otherwise. The hash comparison is constant-time and
-        runs even for unknown prefixes. `touch=True` also stamps `last_used_at` (a write per call)."""
+        """The record of a valid, unrevoked key; None otherwise.
+
+        Every refusal does the same work, so its timing does not tell whether a key id exists: one
+        indexed lookup that returns one row either way (NULLs for a key id that does not exist, and a
+        key id no key can have when the presented key is malformed), one sha256 and one constant-time
+        comparison (against a dummy hash when nothing was found), and no ORM object.
+        `touch=True` also stamps `last_used_at` (a write per call)."""
         key = key.strip()
         key_id = api_key_id(key)
         presented = hash_api_key(key)
         with self.db.transaction(write=touch) as s:
-            row = s.get(ApiKey, key_id) if key_id is not None else None
-            stored = row.key_hash if row is not None else _DUMMY_HASH
-            if not hmac.compare_digest(presented, stored) or row is None or row.revoked_at is not None:
+            row = s.execute(_LOOKUP, {"key_id": key_id or _NO_KEY_ID}).mappings().one()
+            found = row["key_hash"] is not None
+            matches = hmac.compare_digest(presented, row["key_hash"] if found else _DUMMY_HASH)
+            if not matches or not found or row["revoked_at"] is not None:
                 return None
+            record = ApiKeyRecord.from_mapping(row)
             if touch:
-                row.last_used_at = utcnow()
-                s.flush()
-            return ApiKeyRecord.from_row(row)
+                now = utcnow()
+                s.execute(update(ApiKey).where(ApiKey.key_id == record.key_id).values(last_used_at=now))
+                record = replace(record, last_used_at=now)
+            return record
 
     def revoke(self, key_id: str) -> bool:
         """Revoke a key by its id; False if unknown or already revoked."""
