@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ragloop.agent.memory import ConversationMemory
 from ragloop.config import PipelineConfig, Settings
-from ragloop.retrieval.collection import Collection, CollectionError, list_collections
+from ragloop.retrieval.collection import Collection, CollectionError
 from ragloop.service.memory import service_memory
 from ragloop.store import Store
 
@@ -127,8 +127,8 @@ class AgentManager:
                 except CollectionError as exc:
                     raise NoSuchCollectionError(str(exc)) from None
                 if not coll.exists():
-                    known = ", ".join(list_collections(self.settings)) or "none"
-                    raise NoSuchCollectionError(f"no collection named {name!r}; known: {known}")
+                    # no inventory in the message: it reaches user keys (admins list collections elsewhere)
+                    raise NoSuchCollectionError(f"no collection named {name!r}")
                 self._collections[name] = coll
             return coll
 

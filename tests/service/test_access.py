@@ -55,6 +55,22 @@ async def test_a_user_key_lists_only_the_default_model(collection: Collection, s
     assert admin == {"ragloop", "ragloop:default", "ragloop:payroll"}
 
 
+async def test_an_unknown_collection_names_no_other(collection: Collection, store: Store, tmp_path: Path) -> None:
+    secret = make_collection("payroll", DOCS, tmp_path / "payroll")
+    keys = make_keys(store)
+    try:
+        async with running(build_app(store)) as c:
+            r = await c.post(
+                "/v1/query",
+                headers=keys.u,
+                json={"question": "Who built the bridge?", "session_id": "s1", "collection": "nope"},
+            )
+    finally:
+        secret.close()
+    assert r.status_code == 404
+    assert "nope" in r.json()["detail"] and "payroll" not in r.text and "default" not in r.text
+
+
 class CountingHmac:
     """Stands in for `hmac` in the api_keys module: counts the constant-time comparisons."""
 
