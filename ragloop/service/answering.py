@@ -2,8 +2,10 @@
 
 `answer_events()` yields the graph's node events and then the final, validated answer; when the
 active pipeline fails it answers with the last known-good one (marked `degraded`). Once the
-answer exists it is handed to the `AnswerRecorder` (stored + tier-1 job queued off the request
-path) and the caller gets it at once.
+answer exists the `AnswerRecorder` commits it with its tier-1 job, and only then is the answer
+event (the first thing that carries the `answer_id`) yielded: an id a client holds is always
+stored. When the store does not take it within `answer_write_timeout_s` the caller gets a 503
+instead (an `error` event on streams): the answer is refused, not silently lost.
 
 Conversations are per key: the graph's thread (checkpoints and message log) and the stored
 session are `<key_id>:<session_id>`, so two keys that pick the same session id never share memory
@@ -23,7 +25,7 @@ from fastapi import HTTPException
 from ragloop.retrieval.collection import CollectionError
 from ragloop.service.auth import Caller
 from ragloop.service.pipelines import NoSuchCollectionError, NotIndexedError, Served
-from ragloop.service.recorder import AnswerRecord
+from ragloop.service.recorder import AnswerNotStoredError, AnswerRecord
 from ragloop.service.schemas import CitationPublic, QueryPublic
 from ragloop.service.state import ServiceState
 from ragloop.store import new_id
@@ -87,7 +89,9 @@ async def _served(svc: ServiceState, turn: Turn) -> Served:
 
 async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncIterator[dict[str, Any]]:
     """`{"event": "node", ...}` per graph step, then `{"event": "answer", "record": AnswerRecord, "public":
-    QueryPublic}`. Raises HTTPException before the first event when nothing can answer."""
+    QueryPublic}`, yielded only after the answer and its tier-1 job are committed. Raises HTTPException
+    before the first event when nothing can answer, and 503 in place of the answer event when it
+    cannot be stored."""
     t0 = time.perf_counter()
     served = await _served(svc, turn)
     thread = stored_session(caller, turn.session_id) if turn.remember else None
@@ -130,7 +134,14 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
         latency_ms=latency_ms,
         degraded=served.degraded,
     )
-    svc.recorder.record(rec)
+    try:
+        await svc.recorder.store_answer(rec)
+    except AnswerNotStoredError as exc:
+        raise HTTPException(
+            503,
+            f"the answer could not be stored ({exc.reason}), so it was not delivered; retry the question",
+            headers={"Retry-After": "1"},
+        ) from None
     svc.metrics.answers.labels(str(final.refused).lower(), str(served.degraded).lower()).inc()
     svc.metrics.answer_latency.observe(latency_ms / 1000)
     yield {"event": "answer", "record": rec, "public": to_public(rec, turn.session_id)}

@@ -5,8 +5,9 @@ apps in one process) get their own database and state.
 Start-up registers the pipeline config (the one given, else the defaults when nothing is active
 yet) and activates it; otherwise the stored active version keeps answering. The lifespan opens the
 conversation memory (which follows the store: `ragloop.service.memory`), takes up document jobs
-the last run left unfinished, starts the embedded evaluation worker and, on shutdown, drains
-pending answer writes, stops the worker and closes what the app opened.
+the last run left unfinished, starts the embedded evaluation worker and, on shutdown, stops the
+worker and closes what the app opened (answers are stored before their response, so no write is
+left to drain).
 """
 
 from __future__ import annotations
@@ -92,7 +93,12 @@ def create_app(
             store, cfg, judge=judge, support_scorer=support, model=load_model(settings), metrics=metrics
         )
 
-    recorder = AnswerRecorder(store, metrics, on_queued=eval_worker.notify if eval_worker is not None else None)
+    recorder = AnswerRecorder(
+        store,
+        metrics,
+        on_queued=eval_worker.notify if eval_worker is not None else None,
+        timeout_s=cfg.answer_write_timeout_s,
+    )
 
     def _active_config() -> PipelineConfig:
         return agents.active()[1]

@@ -34,6 +34,10 @@ class ServiceConfig:
     upload_extensions: tuple[str, ...] = UPLOAD_EXTENSIONS
     rate_limit_per_minute: int = 120
     """Per-key limit for keys that do not carry their own."""
+    answer_write_timeout_s: float = 10.0
+    """How long storing an answer (with its tier-1 job) may take before the request gets a 503 instead
+    of the answer: an answer id is only handed out once it is stored. Longer than a competing SQLite
+    writer's usual lock hold (a few seconds), shorter than a client's patience."""
     max_concurrent_answers: int = field(default_factory=lambda: max(2, 2 * (os.cpu_count() or 1)))
     """Answer-graph runs at once in this process; more requests wait their turn. The graph is CPU-bound
     and writes its memory to SQLite: past a few per core, more at once only adds lock waits."""

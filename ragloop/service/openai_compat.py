@@ -11,7 +11,9 @@ can talk to ragloop.
 - Sampling parameters (temperature, max_tokens, ...) are accepted and ignored: answers come from the
   pipeline. Errors use OpenAI's shape, `{"error": {"message", "type", "code"}}`.
 - `stream=true` sends `chat.completion.chunk` events and `data: [DONE]`; the text is only streamed
-  once the graph has validated it.
+  once the graph has validated it and the answer is stored (the chunks carry the `answer_id`).
+- An answer that cannot be stored within `answer_write_timeout_s` is a 503 (an error chunk on a
+  stream), never a completion whose `answer_id` points at nothing.
 """
 
 from __future__ import annotations

@@ -55,7 +55,6 @@ class ServiceState:
             self.worker.start_thread()
 
     async def stop(self) -> None:
-        await self.recorder.drain()
         if self.worker is not None:
             self.worker.stop()
             self.worker.join()

@@ -8,6 +8,11 @@ The stream carries what the graph does and, only once the answer has passed vali
     event: error    data: {"status": 503, "detail": "..."}                            (instead of an answer)
 
 No draft text is ever sent: drafts live inside the graph until the citation validator accepts them.
+Nothing that carries the `answer_id` (the `answer` event; the tokens come with it) is sent before
+the answer and its tier-1 job are committed (`answering.answer_events`), so a client that saw the
+id can always read the answer back, even after a crash. While the write waits (a competing
+writer's lock, a retry) the stream is quiet; when it fails or times out the stream ends with
+`error` and status 503 in place of the answer.
 """
 
 from __future__ import annotations

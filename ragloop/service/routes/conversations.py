@@ -50,7 +50,6 @@ def list_conversations(
 )
 async def get_conversation(session_id: SessionId, svc: ServiceDep, caller: CallerDep) -> ConversationPublic:
     stored = stored_session(caller, session_id)
-    await svc.recorder.wait_session(stored)
 
     def load() -> list[Turn]:
         with svc.store.db.transaction(write=False) as s:
@@ -86,7 +85,6 @@ async def get_conversation(session_id: SessionId, svc: ServiceDep, caller: Calle
 )
 async def delete_conversation(session_id: SessionId, svc: ServiceDep, caller: CallerDep) -> Deleted:
     stored = stored_session(caller, session_id)
-    await svc.recorder.wait_session(stored)
     memory = svc.agents.memory  # the graph's memory: checkpoints and the full message log
 
     def count() -> tuple[int, int]:
