@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
@@ -30,6 +30,7 @@ from ragloop.service.auth import BodySizeLimit, RateLimiter
 from ragloop.service.config import ServiceConfig
 from ragloop.service.documents import DocumentJobs
 from ragloop.service.heuristics import load_model
+from ragloop.service.inputs import checked_params
 from ragloop.service.judge import Judge, make_judge
 from ragloop.service.metrics import ServiceMetrics
 from ragloop.service.openai_compat import OpenAIError, error_body
@@ -136,6 +137,7 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        dependencies=[Depends(checked_params)],  # the input policy for every path and query value
     )
     app.state.service = state
     for router in ROUTERS:

@@ -20,33 +20,41 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ragloop.agent.nodes.condense import carry_forward, is_follow_up
 from ragloop.models.chat import estimate_tokens
 from ragloop.retrieval.collection import list_collections
 from ragloop.service.answering import Turn, answer_events
 from ragloop.service.deps import CallerDep, ServiceDep
-from ragloop.service.schemas import SESSION_PATTERN, CitationPublic, QueryPublic, no_lone_surrogates
+from ragloop.service.schemas import (
+    COLLECTION_PATTERN,
+    SESSION_PATTERN,
+    CitationPublic,
+    QueryPublic,
+    RequestModel,
+    check_question,
+)
 from ragloop.service.streaming import SSE_HEADERS, pieces
 
 router = APIRouter(tags=["openai"])
 MODEL = "ragloop"
 
 
-class ContentPart(BaseModel):
+class ContentPart(RequestModel):
     model_config = ConfigDict(extra="allow")
     type: str
     text: str | None = None
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(RequestModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
@@ -60,21 +68,44 @@ class ChatMessage(BaseModel):
         return "\n".join(p.text or "" for p in self.content if p.type == "text")
 
 
-class ChatCompletionCreate(BaseModel):
-    """OpenAI's request body; unknown parameters are accepted and ignored."""
+class ChatCompletionCreate(RequestModel):
+    """OpenAI's request body; unknown parameters are accepted and ignored (never stored). The declared
+    fields follow the same rules as `/v1/query`: the input policy, strict types, a question with
+    words, a session-id-shaped `user` and a collection-name-shaped model suffix."""
 
     model_config = ConfigDict(extra="allow")
-    model: str = Field(description="`ragloop` (the default collection) or `ragloop:<collection>`.")
+    model: str = Field(
+        min_length=1, max_length=200, description="`ragloop` (the default collection) or `ragloop:<collection>`."
+    )
     messages: list[ChatMessage] = Field(min_length=1, max_length=200)
     stream: bool = False
-    user: str | None = Field(default=None, max_length=100)
+    user: str | None = Field(
+        default=None, pattern=SESSION_PATTERN, description="OpenAI's end-user id; here a session id, as in `/v1/query`."
+    )
     session_id: str | None = Field(default=None, pattern=SESSION_PATTERN, description="ragloop: keep memory here.")
 
-    @model_validator(mode="after")
-    def _valid_text(self) -> ChatCompletionCreate:
-        no_lone_surrogates([m.text() for m in self.messages])
-        no_lone_surrogates(self.user)
-        return self
+    @field_validator("model")
+    @classmethod
+    def _collection_name(cls, model: str) -> str:
+        """`ragloop:<collection>` must be a collection name (`ragloop:../../etc` is a 422); any other
+        model name is left to `collection_of`, which answers OpenAI's 404 `model_not_found`."""
+        if model.startswith(f"{MODEL}:") and not re.match(COLLECTION_PATTERN, model[len(MODEL) + 1 :]):
+            raise ValueError(f"{model!r} does not name a collection: use '{MODEL}:<letters, digits, _ . ->'")
+        return model
+
+    @field_validator("messages")
+    @classmethod
+    def _has_question(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
+        users = user_texts(messages)
+        if not users:
+            raise ValueError("the messages contain no user message with text")
+        check_question(users[-1])
+        return messages
+
+
+def user_texts(messages: list[ChatMessage]) -> list[str]:
+    """The text of every user message that has some, in order; the last one is the question."""
+    return [t for t in (m.text().strip() for m in messages if m.role == "user") if t]
 
 
 class ChatChoiceMessage(BaseModel):
@@ -142,6 +173,8 @@ def error_body(message: str, type_: str, code: str | None = None, param: str | N
 
 
 def collection_of(model: str, default: str) -> str:
+    """The collection a model id names. A malformed `ragloop:<collection>` is a 422 (the model's
+    validator); another model's name (`gpt-4o`) is OpenAI's 404 `model_not_found`."""
     name = model.strip()
     if name == MODEL:
         return default
@@ -154,10 +187,7 @@ def collection_of(model: str, default: str) -> str:
 
 def build_turn(body: ChatCompletionCreate, default_collection: str) -> Turn:
     collection = collection_of(body.model, default_collection)
-    users = [m.text().strip() for m in body.messages if m.role == "user"]
-    users = [u for u in users if u]
-    if not users:
-        raise OpenAIError(400, "the messages contain no user message with text", code="invalid_messages")
+    users = user_texts(body.messages)  # never empty: the model's validator
     question = users[-1][:4000]
     session = body.session_id or body.user
     if session:

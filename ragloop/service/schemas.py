@@ -4,13 +4,16 @@ contract; every field has a description or an obvious name and every limit is de
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from ragloop.retrieval.collection import NAME_RE
+from ragloop.service.inputs import check_text, display_text
 
 SESSION_PATTERN = r"^[A-Za-z0-9_.:@-]{1,100}$"
+COLLECTION_PATTERN = NAME_RE.pattern
 FailureMode = Literal[
     "retrieval_failure",
     "chunking_failure",
@@ -22,34 +25,29 @@ FailureMode = Literal[
 Issue = Literal["wrong_answer", "missing_context", "wrong_source", "incomplete", "unsupported_claim", "other"]
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+class RequestModel(BaseModel):
+    """The base of every request body: unknown fields refused, surrounding whitespace stripped,
+    strict types (`true` is not 1 and `"5"` is not 5), and every field held to the input policy of
+    `ragloop.service.inputs` (a 422 naming the field). Checked before stripping, so a control
+    character at either end is refused like one in the middle."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _input_policy(cls, value: Any) -> Any:
+        return check_text(value)
 
 
-def no_lone_surrogates(value: Any) -> None:
-    """JSON may carry `\\ud800`-style escapes that are not Unicode text; such a string cannot be stored
-    (or encoded for a model), so it is refused at the door instead of failing later."""
-    if isinstance(value, str):
-        if _SURROGATE.search(value):
-            raise ValueError("text contains invalid Unicode (an unpaired surrogate escape)")
-    elif isinstance(value, BaseModel):
-        for v in value.__dict__.values():
-            no_lone_surrogates(v)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            no_lone_surrogates(k)
-            no_lone_surrogates(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            no_lone_surrogates(v)
+Shown = Annotated[str, AfterValidator(display_text)]
+"""Text shown to a client that may come from a document or a model: bidi controls removed."""
 
 
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-
-    @model_validator(mode="after")
-    def _valid_text(self) -> Any:
-        no_lone_surrogates(self)
-        return self
+def check_question(text: str) -> str:
+    """A question must have at least one letter or digit (`/v1/query` and chat completions alike)."""
+    if not any(ch.isalnum() for ch in text):
+        raise ValueError("the question has no words")
+    return text
 
 
 class _Out(BaseModel):
@@ -59,15 +57,13 @@ class _Out(BaseModel):
 # --------------------------------------------------------------------------- query
 
 
-class QueryCreate(_In):
+class QueryCreate(RequestModel):
     question: str = Field(min_length=1, max_length=4000, description="The user's question.")
 
     @field_validator("question")
     @classmethod
     def _has_words(cls, v: str) -> str:
-        if not any(ch.isalnum() for ch in v):
-            raise ValueError("the question has no words")
-        return v
+        return check_question(v)
 
     session_id: str = Field(
         pattern=SESSION_PATTERN,
@@ -76,7 +72,7 @@ class QueryCreate(_In):
     )
     top_k: int | None = Field(default=None, ge=1, le=50, description="Passages to retrieve (default: the pipeline's).")
     collection: str | None = Field(
-        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Collection (default: `default`)."
+        default=None, pattern=COLLECTION_PATTERN, description="Collection (default: `default`)."
     )
     stream: bool = Field(default=False, description="Same as `?stream=true`: Server-Sent Events.")
 
@@ -85,15 +81,15 @@ class CitationPublic(_Out):
     n: int = Field(description="The number used in the answer's inline [n] markers.")
     chunk_id: str
     doc_id: str
-    title: str = ""
-    excerpt: str = ""
+    title: Shown = ""
+    excerpt: Shown = ""
     score: float = 0.0
 
 
 class QueryPublic(_Out):
     answer_id: str
     session_id: str
-    answer: str = Field(description="The validated answer with inline [n] citations.")
+    answer: Shown = Field(description="The validated answer with inline [n] citations.")
     citations: list[CitationPublic]
     confidence: float = Field(description="The pipeline's quality score for this answer, 0 to 1.")
     refused: bool
@@ -110,17 +106,17 @@ class QueryPublic(_Out):
 
 
 class AnswerPublic(QueryPublic):
-    question: str
+    question: Shown
     created_at: datetime
     trace: dict[str, Any] = Field(description="Every node's decision, scores and latency.")
 
 
-class HighlightedPassage(_In):
+class HighlightedPassage(RequestModel):
     text: str = Field(min_length=1, max_length=2000)
     note: str | None = Field(default=None, max_length=2000)
 
 
-class FeedbackCreate(_In):
+class FeedbackCreate(RequestModel):
     rating: Literal["positive", "negative"]
     issues: list[Issue] = Field(default_factory=list, max_length=10)
     corrected_answer: str | None = Field(default=None, max_length=10000)
@@ -184,13 +180,13 @@ class ReviewItemPublic(BaseModel):
     answer_id: str
     reasons: list[str]
     queued_at: datetime
-    question: str
-    answer: str
+    question: Shown
+    answer: Shown
     citations: list[CitationPublic]
     evaluations: list[EvaluationPublic]
 
 
-class ReviewCreate(_In):
+class ReviewCreate(RequestModel):
     scores: dict[
         Literal["faithfulness", "answer_relevance", "context_precision", "context_recall"],
         Annotated[float, Field(ge=0.0, le=1.0)],
@@ -213,8 +209,8 @@ class ConversationSummary(BaseModel):
 
 class Turn(BaseModel):
     answer_id: str
-    question: str
-    answer: str
+    question: Shown
+    answer: Shown
     citations: list[CitationPublic]
     refused: bool
     created_at: datetime
@@ -268,7 +264,7 @@ class PipelinePublic(_Out):
     quality_at_promotion: dict[str, Any] = Field(default_factory=dict)
 
 
-class RollbackCreate(_In):
+class RollbackCreate(RequestModel):
     target_version: str | None = Field(default=None, max_length=64, description="Default: the previous version.")
     reason: str = Field(default="manual rollback", min_length=1, max_length=500)
 
@@ -276,7 +272,7 @@ class RollbackCreate(_In):
 # --------------------------------------------------------------------------- keys
 
 
-class KeyCreate(_In):
+class KeyCreate(RequestModel):
     role: Literal["user", "admin"] = "user"
     name: str | None = Field(default=None, max_length=200)
     rate_limit_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)

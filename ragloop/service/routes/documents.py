@@ -10,11 +10,11 @@ from fastapi import APIRouter, File, HTTPException, Path, Query, UploadFile, sta
 
 from ragloop.service.deps import AdminDep, ServiceDep
 from ragloop.service.documents import StagedFile, UploadError, check_collection_name, check_filename, job_public
-from ragloop.service.schemas import JobPublic
+from ragloop.service.schemas import COLLECTION_PATTERN, JobPublic
 
 router = APIRouter(tags=["documents"])
 CollectionName = Annotated[
-    str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Collection name (created on first upload).")
+    str, Path(pattern=COLLECTION_PATTERN, description="Collection name (created on first upload).")
 ]
 CHUNK = 1 << 20
 
