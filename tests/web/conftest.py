@@ -202,10 +202,22 @@ def page(browser: Any, served: Served) -> Iterator[Any]:
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
-def shot(page: Any, name: str, full_page: bool = False) -> None:
-    """Save a screenshot of the page's current state when RAGLOOP_UI_SCREENSHOTS is set."""
+def shot(page: Any, name: str, *, full_page: bool = False, element: Any = None) -> None:
+    """Save a screenshot of the page's current state (or of one element of it) when
+    RAGLOOP_UI_SCREENSHOTS is set."""
     if not SCREENSHOTS:
         return
     folder = REPO / "benchmarks" / "results" / "ui" if SCREENSHOTS == "1" else Path(SCREENSHOTS)
     folder.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(folder / f"{name}.png"), full_page=full_page, animations="disabled")
+    path = str(folder / f"{name}.png")
+    # the question box sticks to the viewport's bottom: in a picture taller than the viewport it
+    # would sit over the middle of it
+    sticky = "document.querySelectorAll('.ask').forEach((e) => { e.style.position = %s; })"
+    page.evaluate(sticky % "'static'")
+    try:
+        if element is not None:
+            element.screenshot(path=path, animations="disabled")
+        else:
+            page.screenshot(path=path, full_page=full_page, animations="disabled")
+    finally:
+        page.evaluate(sticky % "''")

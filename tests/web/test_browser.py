@@ -74,7 +74,7 @@ def test_ask_follow_up_citation_and_trace(page: Any, served: Served) -> None:
     expect(refused.locator(".badge")).to_have_text("Refused")
     expect(refused.locator(".answer-text")).to_contain_text("I searched for")
     expect(refused.locator("button.cite")).to_have_count(0)
-    shot(page, "03-follow-up-and-refusal", full_page=True)
+    shot(page, "03-follow-up-and-refusal", element=page.locator("#turns"))
 
     first.get_by_role("button", name="Show trace").click()
     trace = first.locator(".trace")
@@ -86,8 +86,7 @@ def test_ask_follow_up_citation_and_trace(page: Any, served: Served) -> None:
         re.compile(r"tier 1 \(heuristics\): [01]\.\d\d"), timeout=30_000
     )
     expect(trace.locator(".evaluation")).to_contain_text("not routed to the judge")
-    first.scroll_into_view_if_needed()
-    shot(page, "04-trace", full_page=True)
+    shot(page, "04-trace", element=page.locator("#turns > li").first)
 
     expect(page.locator("#conversations li")).to_have_count(1)
     expect(page.locator("#conversations li")).to_contain_text("3 turns")
@@ -110,7 +109,7 @@ def test_feedback_is_stored_and_reaches_review(page: Any, served: Served) -> Non
 
     article.get_by_role("button", name="Good answer").click()
     expect(article.locator(".feedback-status")).to_contain_text("feedback saved")
-    article.get_by_role("button", name=re.compile("Bad answer")).click()
+    article.get_by_role("button", name="Bad answer…").click()
     form = article.locator("form.feedback-form")
     expect(form).to_be_visible()
     form.get_by_label("Wrong source").check()
@@ -161,7 +160,6 @@ def test_feedback_is_stored_and_reaches_review(page: Any, served: Served) -> Non
 
 def test_upload_then_ask(page: Any, served: Served) -> None:
     sign_in(page, served.user)
-    page.get_by_label("Collection", exact=True).nth(0).fill("uploads")
     files = {"name": "lighthouse.md", "mimeType": "text/markdown", "buffer": LIGHTHOUSE}
     page.locator("#upload-collection").fill("uploads")
     page.get_by_label(re.compile("^Files")).set_input_files(files)
@@ -174,12 +172,12 @@ def test_upload_then_ask(page: Any, served: Served) -> None:
     page.get_by_label(re.compile("^Files")).set_input_files(files)
     page.get_by_role("button", name="Upload").click()
     expect(page.locator("#upload-status")).to_contain_text("Done", timeout=60_000)
-    shot(page, "06-upload")
 
     page.locator("#collection").fill("uploads")
     article = ask(page, "When was the Glimmer Lighthouse built?")
     expect(article.locator(".answer-text")).to_contain_text("1923")
     expect(article.locator("button.cite").first).to_have_attribute("aria-label", re.compile("lighthouse.md"))
+    shot(page, "06-upload-then-ask")
 
 
 def test_markup_in_a_document_renders_as_text(page: Any, served: Served) -> None:
@@ -229,9 +227,9 @@ def test_admin_rollback(page: Any, served: Served) -> None:
     expect(page.locator("#rollback-status")).to_have_text("Rollback cancelled.")
     page.get_by_role("button", name="Roll back…").click()
     expect(page.locator("#confirm-text")).to_contain_text("the previous version")
-    shot(page, "09-admin-rollback", full_page=True)
     page.locator("#confirm-yes").click()
     expect(page.locator("#rollback-status")).to_contain_text(f"{OLD_CFG.version_id} is active")
+    shot(page, "09-admin-rollback", full_page=True)
     assert served.api("GET", "/v1/pipeline/current", served.user).json()["version"] == OLD_CFG.version_id
     expect(page.locator("#current")).to_contain_text(OLD_CFG.version_id)
     back = served.api("POST", "/v1/pipeline/rollback", served.admin, json={"target_version": WEB_CFG.version_id})

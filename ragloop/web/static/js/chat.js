@@ -226,10 +226,11 @@ async function ask(question) {
         answered = true;
         view.done();
         renderAnswer(view.article, data, extras(view.article, data.answer_id));
+        $("ask-status").textContent = data.refused ? "Refused: not found in the documents." : "Answered.";
       } else if (name === "error") view.fail(`${data.detail || "the answer failed"} (HTTP ${data.status})`);
     });
     if (!answered && view.article.classList.contains("pending")) view.fail("the stream ended without an answer");
-    $("ask-status").textContent = answered ? "" : "No answer.";
+    if (!answered) $("ask-status").textContent = "No answer.";
   } catch (err) {
     view.fail(err.message);
     $("ask-status").textContent = "";

@@ -35,19 +35,15 @@ export function feedbackView(api, article, answerId) {
   const up = el("button", {
     type: "button",
     class: "thumb",
-    "aria-label": "Good answer",
-    title: "Good answer",
-    text: "👍",
+    text: "Good answer",
     on: { click: () => send({ rating: "positive" }).then((ok) => ok && up.setAttribute("aria-pressed", "true")) },
   });
   const down = el("button", {
     type: "button",
     class: "thumb",
-    "aria-label": "Bad answer: tell us what is wrong",
-    title: "Bad answer",
     "aria-expanded": "false",
     "aria-controls": `${id}-form`,
-    text: "👎",
+    text: "Bad answer…",
     on: {
       click: () => {
         form.hidden = !form.hidden;

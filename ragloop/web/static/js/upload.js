@@ -37,7 +37,11 @@ export function setupUpload(api, defaultCollection) {
 async function follow(api, job, status) {
   const bar = el("progress", { max: "1", value: "0", "aria-label": "Ingest progress" });
   const line = el("p", { class: "job-line" });
-  clear(status).append(el("p", { text: `Job ${job.job_id} for ${job.documents.join(", ")}` }), bar, line);
+  clear(status).append(
+    el("p", { text: `Ingesting ${job.documents.join(", ")} (job ${String(job.job_id).slice(0, 8)}…)`, title: job.job_id }),
+    bar,
+    line,
+  );
   for (;;) {
     const p = job.progress || {};
     bar.value = job.status === "succeeded" ? 1 : Number(p.fraction) || 0;
@@ -45,9 +49,10 @@ async function follow(api, job, status) {
     line.textContent = `${job.status}${phase ? ` · ${phase}` : ""}`;
     if (job.status === "succeeded") {
       const r = job.result || {};
-      line.textContent = `Done: ${job.documents.length} document(s) in “${job.collection}”` +
-        (r.chunks_total !== undefined ? `, ${r.chunks_total} chunks in the collection` : "") +
-        ". You can ask about them now.";
+      const n = job.documents.length;
+      line.textContent = `Done: ${n} document${n === 1 ? "" : "s"} added to “${job.collection}”` +
+        (r.chunks_total !== undefined ? ` (${r.chunks_total} chunk${r.chunks_total === 1 ? "" : "s"} in all)` : "") +
+        `. Ask about ${n === 1 ? "it" : "them"} with the collection set to “${job.collection}”.`;
       line.classList.add("ok-text");
       return;
     }
