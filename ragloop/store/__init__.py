@@ -5,6 +5,7 @@ durable evaluation queue. SQLite by default (`RAGLOOP_HOME/ragloop.db`, WAL), Po
 from ragloop.store.db import Database, default_database_url, make_engine, normalize_url
 from ragloop.store.document_models import DocumentJob
 from ragloop.store.facade import Store
+from ragloop.store.improve_models import DiagnosisRecord, ImprovementAction, KnowledgeGap
 from ragloop.store.migrations import current_revision, downgrade, head_revision, upgrade
 from ragloop.store.models import (
     TABLE_NAMES,
@@ -29,12 +30,15 @@ from ragloop.store.repositories import (
     ApiKeyRecord,
     ApiKeys,
     AuditLog,
+    Diagnoses,
     DocumentJobs,
     Evaluations,
     Experiments,
     Feedback,
     GoldenSet,
+    ImprovementActions,
     IssuedApiKey,
+    KnowledgeGaps,
     ModelCalls,
     ModelUsage,
     NotFoundError,
@@ -58,6 +62,8 @@ __all__ = [
     "AuditLog",
     "Base",
     "Database",
+    "Diagnoses",
+    "DiagnosisRecord",
     "DocumentJob",
     "DocumentJobs",
     "Evaluation",
@@ -69,9 +75,13 @@ __all__ = [
     "Feedback",
     "GoldenSet",
     "GoldenSetEntry",
+    "ImprovementAction",
+    "ImprovementActions",
     "ImprovementAuditLog",
     "IssuedApiKey",
     "Job",
+    "KnowledgeGap",
+    "KnowledgeGaps",
     "LeaseLostError",
     "ModelCall",
     "ModelCalls",

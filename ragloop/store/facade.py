@@ -12,11 +12,14 @@ from ragloop.store.queue import EvaluationQueue
 from ragloop.store.repositories import (
     ApiKeys,
     AuditLog,
+    Diagnoses,
     DocumentJobs,
     Evaluations,
     Experiments,
     Feedback,
     GoldenSet,
+    ImprovementActions,
+    KnowledgeGaps,
     ModelCalls,
     PipelineVersions,
     QueryLog,
@@ -40,6 +43,9 @@ class Store:
         self.model_calls = ModelCalls(db)
         self.api_keys = ApiKeys(db)
         self.document_jobs = DocumentJobs(db)
+        self.diagnoses = Diagnoses(db)
+        self.knowledge_gaps = KnowledgeGaps(db)
+        self.improvement_actions = ImprovementActions(db)
         self.queue = queue or EvaluationQueue(db)
 
     @classmethod

@@ -411,4 +411,7 @@ TABLE_NAMES = (
     "api_keys",
     "evaluation_jobs",
     "document_jobs",
+    "diagnoses",
+    "knowledge_gaps",
+    "improvement_actions",
 )

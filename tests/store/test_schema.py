@@ -39,6 +39,9 @@ EXPECTED_TABLES = {
     "api_keys",
     "evaluation_jobs",
     "document_jobs",
+    "diagnoses",
+    "knowledge_gaps",
+    "improvement_actions",
 }
 
 
@@ -96,6 +99,29 @@ def test_upgrade_from_the_previous_revision_keeps_the_data(store_url: str) -> No
         assert downgrade(engine, "0001_initial") == "0001_initial"
         tables = set(inspect(engine).get_table_names())
         assert "document_jobs" not in tables and "api_keys" in tables
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_from_0002_adds_the_improvement_tables(store_url: str) -> None:
+    """A database at 0002 (document jobs) gains `diagnoses`, `knowledge_gaps` and `improvement_actions`
+    and keeps its rows; the downgrade takes exactly those tables away again."""
+    assert upgrade(store_url, "0002_document_jobs") == "0002_document_jobs"
+    with Store.open(store_url, migrate=False) as old:
+        answer = old.queries.record_answer(session_id="s", question="q?", answer_text="a", pipeline_version="pv")
+    engine = make_engine(store_url)
+    improve = {"diagnoses", "knowledge_gaps", "improvement_actions"}
+    try:
+        assert not improve & set(inspect(engine).get_table_names())
+        assert upgrade(engine) == head_revision()
+        assert improve <= set(inspect(engine).get_table_names())
+        with Store(Database(engine)) as store:
+            assert store.queries.get_answer(answer.answer_id) is not None
+            store.diagnoses.open(answer.answer_id, reasons=["negative_feedback"])
+            assert store.improvement_actions.propose("expansion_cache", "expansion_cache", "k").created
+        assert downgrade(engine, "0002_document_jobs") == "0002_document_jobs"
+        tables = set(inspect(engine).get_table_names())
+        assert not improve & tables and {"answers", "document_jobs"} <= tables
     finally:
         engine.dispose()
 

@@ -21,11 +21,14 @@ from ragloop.store.repositories.api_keys import (
     hash_api_key,
 )
 from ragloop.store.repositories.audit import AuditLog
+from ragloop.store.repositories.diagnoses import Candidate, Diagnoses
 from ragloop.store.repositories.document_jobs import DocumentJobs
 from ragloop.store.repositories.evaluations import Evaluations
 from ragloop.store.repositories.experiments import Experiments, RegressionRuns
 from ragloop.store.repositories.feedback import Feedback, feedback_weight
 from ragloop.store.repositories.golden import GoldenSet
+from ragloop.store.repositories.improvement_actions import ImprovementActions, Proposal
+from ragloop.store.repositories.knowledge_gaps import KnowledgeGaps
 from ragloop.store.repositories.model_calls import ModelCalls, ModelUsage
 from ragloop.store.repositories.pipelines import PipelineVersions
 from ragloop.store.repositories.queries import QueryLog, SessionSummary, question_hash
@@ -36,16 +39,21 @@ __all__ = [
     "ApiKeyRecord",
     "ApiKeys",
     "AuditLog",
+    "Candidate",
+    "Diagnoses",
     "DocumentJobs",
     "Evaluations",
     "Experiments",
     "Feedback",
     "GoldenSet",
+    "ImprovementActions",
     "IssuedApiKey",
+    "KnowledgeGaps",
     "ModelCalls",
     "ModelUsage",
     "NotFoundError",
     "PipelineVersions",
+    "Proposal",
     "QueryLog",
     "RegressionRuns",
     "SessionSummary",
