@@ -26,9 +26,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from ragloop.store.models import ANSWER_ID, SHORT, Base, NullableJSON, _in, new_id, utcnow
 
-DIAGNOSIS_STATUSES = ("pending", "retrying", "completed", "failed")
+DIAGNOSIS_STATUSES = ("pending", "retrying", "completed", "failed", "skipped")
 """pending: selected, not tried yet; retrying: an attempt failed (see `error`), another is due;
-completed: diagnosed; failed: given up after the last attempt (the error says why)."""
+completed: diagnosed; failed: given up after the last attempt (the error says why); skipped: nothing
+to diagnose against yet (no correction, reference or judge answer), selected again once one arrives."""
 KNOWLEDGE_GAP_STATUSES = ("open", "addressed", "dismissed")
 ACTION_STATUSES = ("proposed", "scheduled", "applied", "kept", "reverted", "failed", "rejected")
 """proposed → scheduled (claimed by a scheduler) → applied → kept | reverted; scheduled → failed (or back

@@ -199,3 +199,22 @@ def test_knowledge_gap_groups_count_once_per_answer(db: Database, make_answer: C
     assert gaps.for_answer(a2.answer_id) is not None and gaps.count() == 1
     gaps.set_status(g.gap_id, "addressed")
     assert gaps.listed() == [] and gaps.count(status=None) == 1
+
+
+def test_a_skipped_diagnosis_is_selected_again_once_corrected(
+    store: Store, db: Database, make_answer: Callable[..., Answer]
+) -> None:
+    diag = Diagnoses(db)
+    a = make_answer()
+    store.feedback.add(a.answer_id, "negative")
+    skipped = diag.skip(a.answer_id, "no ideal answer", reasons=["negative_feedback"])
+    assert skipped.status == "skipped" and skipped.error == "no ideal answer"
+    assert diag.candidates(heuristic_threshold=0.6, judge_threshold=0.5) == []
+    store.feedback.add(a.answer_id, "negative", corrected_answer="It opened in 1887.")
+    [again] = diag.candidates(heuristic_threshold=0.6, judge_threshold=0.5)
+    assert again.answer_id == a.answer_id and "correction" in again.reasons
+    reopened = diag.open(
+        a.answer_id, reasons=again.reasons, ideal_answer="It opened in 1887.", ideal_source="correction"
+    )
+    assert (reopened.status, reopened.ideal_answer, reopened.error) == ("pending", "It opened in 1887.", None)
+    assert diag.skip(a.answer_id, "again").status == "pending"  # a selected diagnosis is not skipped back

@@ -3,9 +3,10 @@
 Life of a diagnosis::
 
     open ──► pending ──complete──► completed
-               │ fail (attempts left) ──► retrying ──complete──► completed
-               │                             │ fail (last attempt) ──► failed
-               └─────────────────────────────┘
+      │        │ fail (attempts left) ──► retrying ──complete──► completed
+      │        │                             │ fail (last attempt) ──► failed
+      │        └─────────────────────────────┘
+      └─skip─► skipped (no ideal answer yet) ──open again, once a correction arrives──► pending
 
 The retries themselves are the evaluation queue's (a `diagnosis` job per answer, leases and
 backoff); this table is what the API shows and what a replay reads. `candidates` is the selection
@@ -53,7 +54,7 @@ class Diagnoses:
         pipeline_version: str | None = None,
     ) -> DiagnosisRecord:
         """The answer's diagnosis, created `pending` if it has none (idempotent: an existing one is returned
-        with any new reasons added)."""
+        with any new reasons added; a `skipped` one becomes `pending` again with the new ideal answer)."""
         now = self.clock()
         with self.db.transaction() as s:
             row = s.scalar(select(DiagnosisRecord).where(DiagnosisRecord.answer_id == answer_id).with_for_update())
@@ -76,6 +77,23 @@ class Diagnoses:
                 merged = list(dict.fromkeys([*row.reasons, *reasons]))
                 if merged != row.reasons:
                     row.reasons, row.updated_at = merged, now
+                if row.status == "skipped" and ideal_answer:
+                    row.status, row.error, row.updated_at = "pending", None, now
+                    row.ideal_answer, row.ideal_source = ideal_answer, ideal_source
+            s.flush()
+            return row
+
+    def skip(self, answer_id: str, reason: str, *, reasons: Sequence[str] = ()) -> DiagnosisRecord:
+        """Record that the answer cannot be diagnosed yet (`reason`), so the pass stops selecting it until
+        a correction arrives. Created if absent; a diagnosis that has an ideal answer, or is under way or
+        done, is left alone."""
+        row = self.open(answer_id, reasons=reasons)
+        if row.status != "pending" or row.attempts or row.ideal_answer:
+            return row
+        with self.db.transaction() as s:
+            row = self._locked(s, answer_id)
+            if row.status == "pending" and not row.ideal_answer:
+                row.status, row.error, row.updated_at = "skipped", reason[:MAX_ERROR_CHARS], self.clock()
             s.flush()
             return row
 
@@ -193,16 +211,18 @@ class Diagnoses:
     def candidates(
         self, *, heuristic_threshold: float, judge_threshold: float, since: datetime | None = None, limit: int = 100
     ) -> list[Candidate]:
-        """Answers without a diagnosis that have a reason for one, oldest first: negative feedback, a
-        correction, a completed tier-1 score below `heuristic_threshold`, or a completed tier-2
-        judgement whose `failure_evidence.overall` is below `judge_threshold`."""
-        undiagnosed = ~exists().where(DiagnosisRecord.answer_id == Answer.answer_id)
+        """Answers without a diagnosis (or skipped for want of an ideal answer and corrected since) that
+        have a reason for one, oldest first: negative feedback, a correction, a completed tier-1 score
+        below `heuristic_threshold`, or a completed tier-2 judgement whose `failure_evidence.overall`
+        is below `judge_threshold`."""
         negative = exists().where(UserFeedback.answer_id == Answer.answer_id, UserFeedback.rating == "negative")
         corrected = exists().where(
             UserFeedback.answer_id == Answer.answer_id,
             UserFeedback.corrected_answer.is_not(None),
             UserFeedback.corrected_answer != "",
         )
+        skipped = exists().where(DiagnosisRecord.answer_id == Answer.answer_id, DiagnosisRecord.status == "skipped")
+        undiagnosed = or_(~exists().where(DiagnosisRecord.answer_id == Answer.answer_id), and_(skipped, corrected))
         low = exists().where(
             Evaluation.answer_id == Answer.answer_id,
             Evaluation.evaluation_tier == "heuristic",

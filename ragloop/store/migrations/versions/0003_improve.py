@@ -53,7 +53,7 @@ def upgrade() -> None:
         sa.Column("updated_at", TS, nullable=False),
         sa.Column("diagnosed_at", TS, nullable=True),
         sa.CheckConstraint(
-            "status IN ('pending', 'retrying', 'completed', 'failed')", name=op.f("ck_diagnoses_status")
+            "status IN ('pending', 'retrying', 'completed', 'failed', 'skipped')", name=op.f("ck_diagnoses_status")
         ),
         sa.ForeignKeyConstraint(
             ["answer_id"], ["answers.answer_id"], name=op.f("fk_diagnoses_answer_id_answers"), ondelete="CASCADE"
