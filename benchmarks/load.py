@@ -285,8 +285,8 @@ def tier1_cost(settings: Settings, limit: int = 400, repeats: int = 5) -> dict[s
     """Per-answer cost of the tier-1 features on real payloads: cheap features, then with the support check."""
     from sqlalchemy import select
 
+    from ragloop.improve.tier1 import PRIOR, Tier1Input, cheap_features, compute_features
     from ragloop.models.scoring import make_scorer
-    from ragloop.service.heuristics import PRIOR, Tier1Input, cheap_features, compute_features
     from ragloop.store import EvaluationJob, Store
 
     with (
@@ -351,7 +351,7 @@ def local_judge(settings: Settings, n: int, model: str, budget_s: float = 240.0)
     compare its capacity with the tier-2 arrival rate measured under load."""
     from sqlalchemy import select
 
-    from ragloop.service.judge import JudgeInput, make_judge
+    from ragloop.improve.judge import JudgeInput, make_judge
     from ragloop.store import EvaluationJob, Store
 
     with (

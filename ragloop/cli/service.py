@@ -127,9 +127,10 @@ def worker(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
+    from ragloop.improve.judge import make_judge
+    from ragloop.improve.tier1 import load_model
     from ragloop.models.scoring import make_scorer
-    from ragloop.service import EvaluationWorker, ServiceConfig, make_judge
-    from ragloop.service.heuristics import load_model
+    from ragloop.service import EvaluationWorker, ServiceConfig
 
     _logging(log_level)
     s = settings()

@@ -5,10 +5,10 @@ JSON and replayed later (`DiagnosisInput.model_validate_json(...)` then `classif
 "diagnosis is deterministic and cheap to replay" rule, and the way a classifier change is measured
 on past traffic. Nothing here computes anything.
 
-`FailureMode` spells the seed's classifier outcomes (section 4.2) exactly as the human-review
-vocabulary in `service/schemas.py` spells the five failure modes they share; that vocabulary also
-has a coarse `retrieval_failure` a reviewer may pick and lacks `retrieval_success`, which is a
-classifier outcome, not a reviewer's label.
+`FailureMode` (the seed's classifier outcomes, section 4.2) is defined once, with the other values
+the tables hold, in `ragloop.store.vocabulary` and re-exported here; the human-review vocabulary
+there (`ReviewFailureMode`) is built from its members, plus a coarse `retrieval_failure` a reviewer
+may pick, and lacks `retrieval_success`, which is a classifier outcome, not a reviewer's label.
 """
 
 from __future__ import annotations
@@ -18,14 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
-class FailureMode(StrEnum):
-    RANKING_FAILURE = "ranking_failure"
-    EMBEDDING_FAILURE = "embedding_failure"
-    CHUNKING_FAILURE = "chunking_failure"
-    KNOWLEDGE_GAP = "knowledge_gap"
-    GENERATION_FAILURE = "generation_failure"
-    RETRIEVAL_SUCCESS = "retrieval_success"
+from ragloop.store.vocabulary import FailureMode  # re-exported: diagnosis imports it from here
 
 
 class ActionKind(StrEnum):

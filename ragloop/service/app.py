@@ -26,12 +26,12 @@ from fastapi.responses import JSONResponse
 from starlette.types import Scope
 
 from ragloop.config import PipelineConfig, Settings
+from ragloop.improve.judge import Judge, make_judge
+from ragloop.improve.tier1 import load_model
 from ragloop.service.auth import BodySizeLimit, RateLimiter
 from ragloop.service.config import ServiceConfig
 from ragloop.service.documents import DocumentJobs
-from ragloop.service.heuristics import load_model
 from ragloop.service.inputs import checked_params
-from ragloop.service.judge import Judge, make_judge
 from ragloop.service.metrics import ServiceMetrics
 from ragloop.service.openai_compat import OpenAIError, error_body
 from ragloop.service.openai_compat import router as openai_router

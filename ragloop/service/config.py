@@ -2,7 +2,8 @@
 
 These are about operating the service, not about answers, so they are not part of the pipeline
 version id. Every field has an environment variable (`RAGLOOP_` + the upper-case field name for
-most of them); `ServiceConfig.from_env()` reads them and names the variable in its error.
+most of them); `ServiceConfig.from_env()` reads them and names the variable in its error. The
+tier-routing fields reach `ragloop.improve` as one `RoutingConfig` (`ServiceConfig.routing`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from ragloop.improve.routing import RoutingConfig
+
+_ROUTING = RoutingConfig()
 
 UPLOAD_EXTENSIONS: tuple[str, ...] = (".md", ".markdown", ".txt", ".rst", ".html", ".htm", ".pdf", ".jsonl")
 
@@ -60,16 +65,13 @@ class ServiceConfig:
     in this process (tier-2 jobs wait for a worker that has one)."""
     heuristic_support: str | None = "embedding:minilm"
     """Scorer for tier 1's support check of the least-supported claim; None skips the check."""
-    tier2_sample_rate: float = 0.01
-    tier2_threshold: float = 0.6
-    tier3_sample_rate: float = 0.001
-    tier3_disagreement: float = 0.3
-    """A tier-2 score this far from tier 1's makes the answer a candidate for human review."""
-    tier3_disagreement_share: float = 0.05
-    """Of the answers judged at tier 2 in a UTC day, at most this share (rounded up) go to human
-    review for disagreement: the highest-disagreement candidates, chosen when the day is over."""
-    tier3_disagreement_daily_max: int = 25
-    """And at most this many a day (0: disagreement sends nothing to review)."""
+    # routing between the tiers: `ragloop.improve.routing.RoutingConfig` documents each one
+    tier2_sample_rate: float = _ROUTING.tier2_sample_rate
+    tier2_threshold: float = _ROUTING.tier2_threshold
+    tier3_sample_rate: float = _ROUTING.tier3_sample_rate
+    tier3_disagreement: float = _ROUTING.tier3_disagreement
+    tier3_disagreement_share: float = _ROUTING.tier3_disagreement_share
+    tier3_disagreement_daily_max: int = _ROUTING.tier3_disagreement_daily_max
     lease_seconds: float = 60.0
     poll_interval_s: float = 0.5
     job_max_attempts: int = 5
@@ -93,6 +95,11 @@ class ServiceConfig:
 
     def with_(self, **changes: Any) -> ServiceConfig:
         return replace(self, **changes)
+
+    @property
+    def routing(self) -> RoutingConfig:
+        """The tier-routing knobs, for `ragloop.improve` (which does not read the service's config)."""
+        return RoutingConfig(**{f.name: getattr(self, f.name) for f in fields(RoutingConfig)})
 
 
 def _parse(var: str, raw: str, default: Any) -> Any:

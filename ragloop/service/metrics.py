@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ragloop.service.review_intake import CANDIDATE
+from ragloop.store.vocabulary import AUTOMATIC_TIERS, PENDING, JobStatus, Tier
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -29,13 +29,10 @@ log = logging.getLogger("ragloop.service")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 
 
-AUTOMATIC_TIERS = ("heuristic", "llm_judge")
-
-
 class _QueueCollector(Collector):
     """Queue depth and lag per tier. The headline depth and lag cover the automatic tiers (1 and 2):
     human review jobs (tier 3) wait for people and are reported on their own, as are the review
-    candidates held for the capped daily intake (`review_intake.py`)."""
+    candidates held for the capped daily intake (`ragloop.improve.review_intake`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -48,7 +45,7 @@ class _QueueCollector(Collector):
         with self.store.db.transaction(write=False) as s:
             rows = s.execute(
                 select(EvaluationJob.tier, func.min(EvaluationJob.created_at))
-                .where(EvaluationJob.status.in_(("queued", "leased")))
+                .where(EvaluationJob.status.in_(PENDING))
                 .group_by(EvaluationJob.tier)
             ).all()
         return {str(tier): _aware(at) for tier, at in rows if at is not None}
@@ -84,11 +81,11 @@ class _QueueCollector(Collector):
         ages = {tier: max(0.0, (now - at).total_seconds()) for tier, at in oldest.items()}
         for tier, age in sorted(ages.items()):
             lag_by_tier.add_metric([tier], age)
-        pending = sum(stats.by_tier.get(t, {}).get(s, 0) for t in AUTOMATIC_TIERS for s in ("queued", "leased"))
+        pending = sum(stats.by_tier.get(t, {}).get(s, 0) for t in AUTOMATIC_TIERS for s in PENDING)
         depth.add_metric([], pending)
         lag.add_metric([], max((ages.get(t, 0.0) for t in AUTOMATIC_TIERS), default=0.0))
-        review.add_metric([], stats.by_tier.get("human", {}).get("queued", 0))
-        held.add_metric([], stats.by_tier.get(CANDIDATE, {}).get("queued", 0))
+        review.add_metric([], stats.by_tier.get(Tier.HUMAN, {}).get(JobStatus.QUEUED, 0))
+        held.add_metric([], stats.by_tier.get(Tier.HUMAN_CANDIDATE, {}).get(JobStatus.QUEUED, 0))
         due.add_metric([], stats.due)
         yield from (jobs, depth, lag, lag_by_tier, review, held, due)
 

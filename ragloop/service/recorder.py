@@ -43,6 +43,7 @@ from sqlalchemy import text
 from ragloop.models.chat import estimate_tokens
 from ragloop.service.metrics import ServiceMetrics
 from ragloop.store import Store
+from ragloop.store.vocabulary import Tier
 
 if TYPE_CHECKING:
     from ragloop.agent.api import Answer
@@ -254,7 +255,7 @@ class AnswerRecorder:
                 retrieved_chunk_ids=[r["chunk_id"] for r in payload["retrieved"]],
                 retrieval_scores=payload["retrieval_scores"],
             )
-            self.store.queue.enqueue(rec.answer_id, "heuristic", payload)
+            self.store.queue.enqueue(rec.answer_id, Tier.HEURISTIC, payload)
             if not gate.begin_commit():
                 log.warning(
                     "answer %s: the write got through after %.1f s, past its deadline: rolled back, the client got 503",

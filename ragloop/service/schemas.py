@@ -11,17 +11,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from ragloop.retrieval.collection import NAME_RE
 from ragloop.service.inputs import check_text, display_text
+from ragloop.store.vocabulary import EvaluationTier, ReviewFailureMode
 
 SESSION_PATTERN = r"^[A-Za-z0-9_.:@-]{1,100}$"
 COLLECTION_PATTERN = NAME_RE.pattern
-FailureMode = Literal[
-    "retrieval_failure",
-    "chunking_failure",
-    "embedding_failure",
-    "ranking_failure",
-    "generation_failure",
-    "knowledge_gap",
-]
 Issue = Literal["wrong_answer", "missing_context", "wrong_source", "incomplete", "unsupported_claim", "other"]
 
 
@@ -137,7 +130,7 @@ class FeedbackPublic(_Out):
 class EvaluationPublic(_Out):
     eval_id: str
     answer_id: str
-    evaluation_tier: Literal["heuristic", "llm_judge", "human"]
+    evaluation_tier: EvaluationTier
     status: Literal["completed", "failed"]
     heuristic_score: float | None = None
     scores: dict[str, Any] = Field(default_factory=dict)
@@ -160,7 +153,7 @@ class EvaluationJobPublic(_Out):
 
 class EvaluationsPublic(BaseModel):
     answer_id: str
-    evaluation_tier: Literal["heuristic", "llm_judge", "human"] | None = Field(
+    evaluation_tier: EvaluationTier | None = Field(
         description="The most authoritative completed evaluation's tier (human > llm_judge > heuristic)."
     )
     scores: dict[str, Any] = Field(default_factory=dict)
@@ -191,7 +184,7 @@ class ReviewCreate(RequestModel):
         Literal["faithfulness", "answer_relevance", "context_precision", "context_recall"],
         Annotated[float, Field(ge=0.0, le=1.0)],
     ] = Field(default_factory=dict, description="Human scores, each 0 to 1.")
-    failure_mode: FailureMode | None = None
+    failure_mode: ReviewFailureMode | None = None
     labels: list[str] = Field(default_factory=list, max_length=20)
     corrected_answer: str | None = Field(default=None, max_length=10000)
     notes: str | None = Field(default=None, max_length=5000)

@@ -58,9 +58,9 @@ class ServiceState:
         if self.worker is not None:
             self.worker.stop()
             self.worker.join()
-            if self.worker.judge is not None:
+            if self.worker.evaluator.judge is not None:
                 try:
-                    await self.worker.judge.aclose()
+                    await self.worker.evaluator.judge.aclose()
                 except Exception as exc:  # closing a remote client must not block shutdown
                     log.warning("closing the judge failed: %s", exc)
         self.documents.shutdown(wait=True)

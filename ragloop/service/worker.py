@@ -1,30 +1,20 @@
-"""The evaluation worker: claims jobs from the durable queue and evaluates answers, tier by tier.
+"""The evaluation worker: the loop that claims jobs from the durable queue and hands each one to
+`ragloop.improve.evaluate.OnlineEvaluator`, which evaluates, routes and records it.
 
-- **Tier 1** (`heuristic`, every answer): the features and linear model of `heuristics.py`. In the
-  same transaction as the evaluation it routes the answer on: to tier 2 (a `llm_judge` job) when it
-  is in the random sample, scores below the threshold, or asks a golden-set question; to tier 3 (a
-  `human` review job) by a smaller random sample. Negative feedback routes to tier 2 from the
-  feedback route, and detailed feedback to tier 3.
-- **Tier 2** (`llm_judge`): the configured judge. A judge that fails is retried with backoff; on the
-  last attempt a *failed* evaluation is written together with the dead letter, so no answer is ever
-  silently left unjudged. A tier-2 score that disagrees with tier 1 by more than the threshold makes
-  the answer a review candidate; each day's highest go to human review, capped (`review_intake.py`).
-- **Exactly once**: the evaluation, any follow-up jobs and `complete()` commit in one transaction
-  under the job's lease. A worker killed mid-job (even mid-transaction) leaves the job leased; the
-  lease expires and the next claim redoes it from scratch.
-- Jobs that died of lease expiry on their last attempt (a worker crashing every time) get their
-  failed evaluation from `sweep_dead_letters()`, which every worker runs now and then.
+What is computed and written for a job (tiers, routing, failed evaluations, dead-letter records,
+the capped review intake) lives in `ragloop.improve`; this module only runs it: claiming due jobs of
+the tiers the evaluator can process, extending the lease while a job runs, sweeping dead letters and
+choosing the review intake now and then, waking on `notify()`, stopping cleanly, a thread with its
+own event loop for the server's embedded worker, and the Prometheus counts.
 
 One worker runs in a thread inside `ragloop serve` (the embedded default); `ragloop worker`
-processes run the same loop for scale. Human (`human`) jobs are never claimed: they wait in the
-review queue for `/v1/review`.
+processes run the same loop for scale.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import socket
@@ -35,29 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-
+from ragloop.improve.evaluate import OnlineEvaluator, Outcome
+from ragloop.improve.judge import Judge
+from ragloop.improve.tier1 import PRIOR, HeuristicModel
 from ragloop.models.scoring.base import Scorer
 from ragloop.service.config import ServiceConfig
-from ragloop.service.heuristics import PRIOR, HeuristicModel, Tier1Input, compute_features
-from ragloop.service.judge import Judge, JudgeInput
 from ragloop.service.metrics import ServiceMetrics
-from ragloop.service.review_intake import ReviewIntake
-from ragloop.store import Evaluation, EvaluationJob, Job, LeaseLostError, NotFoundError, Store, question_hash
+from ragloop.store import Job, Store
 
 log = logging.getLogger("ragloop.service.worker")
 
-TIER1, TIER2, TIER3 = "heuristic", "llm_judge", "human"
-GOLDEN_TTL_S = 60.0
 SWEEP_EVERY_S = 30.0
-
-
-def sampled(answer_id: str, salt: str, rate: float) -> bool:
-    """A deterministic coin per (answer, purpose): a retried job makes the same routing decision."""
-    if rate <= 0:
-        return False
-    h = int.from_bytes(hashlib.sha256(f"{salt}:{answer_id}".encode()).digest()[:8], "big")
-    return h / 2**64 < rate
 
 
 def default_worker_id() -> str:
@@ -67,7 +45,7 @@ def default_worker_id() -> str:
 @dataclass
 class Processed:
     job: Job
-    outcome: str  # completed | retry | failed | lease_lost
+    outcome: Outcome
 
 
 class EvaluationWorker:
@@ -86,15 +64,13 @@ class EvaluationWorker:
     ) -> None:
         self.store = store
         self.config = config
-        self.judge = judge
-        self.support_scorer = support_scorer
-        self.model = model
+        self.evaluator = OnlineEvaluator(
+            store, config.routing, judge=judge, support_scorer=support_scorer, model=model, clock=clock
+        )
         self.metrics = metrics
         self.worker_id = worker_id or default_worker_id()
         self.job_delay_s = job_delay_s
         self.clock = clock
-        self.intake = ReviewIntake(store, config, tier2=TIER2, tier3=TIER3)
-        self._golden: tuple[float, dict[str, str]] | None = None
         self._last_sweep = -1e18
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -104,7 +80,7 @@ class EvaluationWorker:
 
     @property
     def tiers(self) -> list[str]:
-        return [TIER1, TIER2] if self.judge is not None else [TIER1]
+        return list(self.evaluator.tiers)
 
     # ------------------------------------------------------------------ the loop
 
@@ -126,8 +102,8 @@ class EvaluationWorker:
         while not self._stop.is_set():
             if self.clock() - self._last_sweep > SWEEP_EVERY_S:
                 self._last_sweep = self.clock()
-                await self._guarded(self.sweep_dead_letters)
-                await self._guarded(self.intake.select_due)
+                await self._guarded(self.evaluator.sweep_dead_letters)
+                await self._guarded(self.evaluator.intake.select_due)
             result = await self._guarded(self.run_once)
             if isinstance(result, Processed):
                 done += 1
@@ -181,22 +157,7 @@ class EvaluationWorker:
             await asyncio.sleep(self.job_delay_s)
         beat = asyncio.create_task(self._heartbeat(job))
         try:
-            if job.tier == TIER1:
-                outcome = await self._tier1(job)
-            elif job.tier == TIER2:
-                outcome = await self._tier2(job)
-            else:
-                outcome = await asyncio.to_thread(self._fail, job, f"workers do not process {job.tier!r} jobs", False)
-        except LeaseLostError as exc:
-            log.warning("job %s (%s): lease lost, result discarded: %s", job.job_id, job.tier, exc)
-            outcome = "lease_lost"
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            log.warning("job %s (%s) attempt %d failed: %s", job.job_id, job.tier, job.attempts, error[:300])
-            try:
-                outcome = await asyncio.to_thread(self._fail, job, error, True)
-            except LeaseLostError:
-                outcome = "lease_lost"
+            outcome = await self.evaluator.process(job, self.worker_id)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -204,7 +165,9 @@ class EvaluationWorker:
         self.processed += 1
         if self.metrics is not None:
             self.metrics.evaluation_seconds.labels(job.tier).observe(time.perf_counter() - start)
-            if outcome == "retry":
+            if outcome in (Outcome.COMPLETED, Outcome.FAILED):
+                self.metrics.evaluations.labels(job.tier, outcome).inc()
+            elif outcome == Outcome.RETRY:
                 self.metrics.job_retries.labels(job.tier).inc()
         return Processed(job, outcome)
 
@@ -216,183 +179,3 @@ class EvaluationWorker:
             await asyncio.to_thread(
                 self.store.queue.extend_lease, job.job_id, self.worker_id, job.lease_token, self.config.lease_seconds
             )
-
-    def _count(self, tier: str, status: str) -> None:
-        if self.metrics is not None:
-            self.metrics.evaluations.labels(tier, status).inc()
-
-    def _fail(self, job: Job, error: str, retry: bool) -> str:
-        """Record a failed attempt; on the last one, write the failed evaluation with the dead letter."""
-        assert job.lease_token is not None
-        last = not retry or job.attempts >= job.max_attempts
-        with self.store.db.transaction():
-            if last and job.tier in (TIER1, TIER2):
-                self.store.evaluations.add(
-                    job.answer_id,
-                    job.tier,
-                    status="failed",
-                    error=f"gave up after {job.attempts} attempt(s): {error}"[:4000],
-                    evaluator_model=self._evaluator_name(job.tier),
-                )
-            self.store.queue.fail(job.job_id, self.worker_id, job.lease_token, error, retry=retry)
-        if last:
-            self._count(job.tier, "failed")
-        return "failed" if last else "retry"
-
-    def _evaluator_name(self, tier: str) -> str:
-        if tier == TIER1:
-            return f"heuristic:{self.model.version}"
-        return self.judge.name if self.judge is not None else "judge:none"
-
-    # ------------------------------------------------------------------ tier 1
-
-    async def _tier1(self, job: Job) -> str:
-        p = job.payload
-        item = Tier1Input(
-            question=str(p.get("question", "")),
-            answer=str(p.get("answer", "")),
-            contexts=_contexts(p),
-            retrieval_scores=[float(x) for x in p.get("retrieval_scores", [])],
-            refused=bool(p.get("refused", False)),
-        )
-        feats = await compute_features(item, self.support_scorer)
-        score = self.model.score(feats.values)
-        golden = await asyncio.to_thread(self._golden_reference, item.question)
-        reasons: list[str] = []
-        if sampled(job.answer_id, "tier2", self.config.tier2_sample_rate):
-            reasons.append("random_sample")
-        if score < self.config.tier2_threshold:
-            reasons.append("low_heuristic_score")
-        if golden is not None:
-            reasons.append("golden_set")
-        human = sampled(job.answer_id, "tier3", self.config.tier3_sample_rate)
-        evidence = {
-            "least_supported_claim": feats.least_supported_claim,
-            "n_claims": feats.n_claims,
-            "routed_to": [TIER2] * bool(reasons) + [TIER3] * human,
-            "tier2_reasons": reasons,
-            **feats.extra,
-        }
-        assert job.lease_token is not None
-        token = job.lease_token
-
-        def commit() -> None:
-            with self.store.db.transaction():
-                self.store.evaluations.add(
-                    job.answer_id,
-                    TIER1,
-                    heuristic_score=round(score, 4),
-                    scores=feats.as_scores(),
-                    failure_evidence=evidence,
-                    evaluator_model=f"heuristic:{self.model.version}",
-                )
-                if reasons:
-                    self.store.queue.enqueue(
-                        job.answer_id, TIER2, {**p, "reasons": reasons, "reference": golden, "heuristic_score": score}
-                    )
-                if human:
-                    self.store.queue.enqueue(job.answer_id, TIER3, {"reasons": ["random_sample"]})
-                self.store.queue.complete(job.job_id, self.worker_id, token)
-
-        await asyncio.to_thread(commit)
-        self._count(TIER1, "completed")
-        return "completed"
-
-    def _golden_reference(self, question: str) -> str | None:
-        now = self.clock()
-        if self._golden is None or now - self._golden[0] > GOLDEN_TTL_S:
-            entries = self.store.golden.current_golden_set()
-            self._golden = (now, {question_hash(e.question): e.expected_answer for e in entries})
-        return self._golden[1].get(question_hash(question))
-
-    # ------------------------------------------------------------------ tier 2
-
-    async def _tier2(self, job: Job) -> str:
-        if self.judge is None:  # not claimed without a judge; defensive
-            raise RuntimeError("no judge configured in this worker")
-        p = job.payload
-        if "answer" not in p:  # queued by feedback before tier 1 stored its payload
-            p = await asyncio.to_thread(self._payload_for, job.answer_id)
-        item = JudgeInput(
-            question=str(p.get("question", "")),
-            answer=str(p.get("answer", "")),
-            contexts=_contexts(p),
-            refused=bool(p.get("refused", False)),
-            reference=p.get("reference") or None,
-        )
-        result = await self.judge.evaluate(item)
-        overall = result.overall
-        assert job.lease_token is not None
-        token = job.lease_token
-
-        def commit() -> None:
-            with self.store.db.transaction():
-                tier1 = self.store.evaluations.latest(job.answer_id, TIER1)
-                h = tier1.heuristic_score if tier1 is not None and tier1.status == "completed" else None
-                disagreement = abs(overall - h) if overall is not None and h is not None else None
-                candidate = disagreement is not None and self.intake.offer(job.answer_id, disagreement)
-                evidence = dict(result.evidence)
-                evidence.update(
-                    overall=overall,
-                    heuristic_score=h,
-                    disagreement=disagreement,
-                    reasons=p.get("reasons", []),
-                    review_candidate=candidate,
-                )
-                self.store.evaluations.add(
-                    job.answer_id,
-                    TIER2,
-                    scores={k: (round(v, 4) if v is not None else None) for k, v in result.scores.items()},
-                    failure_evidence=evidence,
-                    evaluator_model=self.judge.name if self.judge else None,
-                )
-                self.store.queue.complete(job.job_id, self.worker_id, token)
-
-        await asyncio.to_thread(commit)
-        self._count(TIER2, "completed")
-        return "completed"
-
-    def _payload_for(self, answer_id: str) -> dict[str, Any]:
-        for j in self.store.queue.for_answer(answer_id):
-            if j.tier == TIER1 and "answer" in j.payload:
-                return dict(j.payload)
-        raise NotFoundError(f"answer {answer_id} has no stored evaluation payload")
-
-    # ------------------------------------------------------------------ dead letters
-
-    def sweep_dead_letters(self, limit: int = 200) -> int:
-        """Write the failed evaluation for dead tier-1/tier-2 jobs that have none (lease expired on the
-        last attempt). Returns how many it wrote."""
-        written = 0
-        for dead in self.store.queue.dead_letters(limit=limit):
-            if dead.tier not in (TIER1, TIER2):
-                continue
-            with self.store.db.transaction() as s:
-                row = s.scalar(select(EvaluationJob).where(EvaluationJob.job_id == dead.job_id).with_for_update())
-                if row is None or row.status != "dead":
-                    continue
-                have = s.scalar(
-                    select(Evaluation.eval_id)
-                    .where(Evaluation.answer_id == dead.answer_id, Evaluation.evaluation_tier == dead.tier)
-                    .limit(1)
-                )
-                if have is not None:
-                    continue
-                self.store.evaluations.add(
-                    dead.answer_id,
-                    dead.tier,
-                    status="failed",
-                    error=f"dead letter: {dead.dead_reason or dead.last_error or 'unknown'}"[:4000],
-                    evaluator_model=self._evaluator_name(dead.tier),
-                )
-                written += 1
-        if written:
-            log.warning("recorded %d failed evaluations for dead-lettered jobs", written)
-        return written
-
-
-def _contexts(payload: dict[str, Any]) -> list[str]:
-    sources = payload.get("sources") or []
-    if sources:
-        return [str(s.get("text", "")) for s in sources if isinstance(s, dict)]
-    return [str(r.get("text", "")) for r in payload.get("retrieved") or [] if isinstance(r, dict)]

@@ -52,6 +52,7 @@ from ragloop.store.repositories import (
     hash_api_key,
     question_hash,
 )
+from ragloop.store.vocabulary import EvaluationStatus, FailureMode, JobStatus, Tier
 
 __all__ = [
     "TABLE_NAMES",
@@ -69,9 +70,11 @@ __all__ = [
     "Evaluation",
     "EvaluationJob",
     "EvaluationQueue",
+    "EvaluationStatus",
     "Evaluations",
     "Experiment",
     "Experiments",
+    "FailureMode",
     "Feedback",
     "GoldenSet",
     "GoldenSetEntry",
@@ -80,6 +83,7 @@ __all__ = [
     "ImprovementAuditLog",
     "IssuedApiKey",
     "Job",
+    "JobStatus",
     "KnowledgeGap",
     "KnowledgeGaps",
     "LeaseLostError",
@@ -97,6 +101,7 @@ __all__ = [
     "SessionSummary",
     "Store",
     "StoreConflictError",
+    "Tier",
     "UserFeedback",
     "api_key_id",
     "current_revision",

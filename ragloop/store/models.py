@@ -5,6 +5,8 @@ Conventions:
   versions are keyed by their config hash (`pv-…`), API keys by their public prefix;
 - timestamps are timezone-aware UTC on the way in and on the way out (`UTCDateTime`);
 - variable-shape payloads (traces, scores, evidence, configs, lists) are JSON, JSONB on PostgreSQL;
+- tiers, job and evaluation statuses and failure modes are the `StrEnum`s of `ragloop.store.vocabulary`
+  (the CHECK constraints below list their values);
 - the migrations in `ragloop.store.migrations` create these tables; a test checks that the migrated
   schema and this module agree, so a column added here without a migration fails the suite.
 
@@ -39,6 +41,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from ragloop.store.vocabulary import EVALUATION_TIERS, EvaluationStatus, JobStatus
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -54,8 +58,8 @@ NullableJSON: TypeEngine[Any] = JSON(none_as_null=True).with_variant(JSONB(none_
 ANSWER_ID = String(32)
 SHORT = String(64)
 
-EVALUATION_TIERS = ("heuristic", "llm_judge", "human")
-JOB_STATUSES = ("queued", "leased", "done", "dead")
+JOB_STATUSES: tuple[str, ...] = tuple(s.value for s in JobStatus)
+EVALUATION_STATUSES: tuple[str, ...] = tuple(s.value for s in EvaluationStatus)
 PIPELINE_STATUSES = ("active", "candidate", "retired")
 API_KEY_ROLES = ("user", "admin")
 RATINGS = ("positive", "negative")
@@ -95,7 +99,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+    return f"{column} IN ({', '.join(repr(str(v)) for v in values)})"
 
 
 class Base(DeclarativeBase):
@@ -164,7 +168,7 @@ class Evaluation(Base):
     eval_id: Mapped[str] = mapped_column(ANSWER_ID, primary_key=True, default=new_id)
     answer_id: Mapped[str] = mapped_column(ANSWER_ID, ForeignKey("answers.answer_id", ondelete="CASCADE"), index=True)
     evaluation_tier: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16), default="completed")
+    status: Mapped[str] = mapped_column(String(16), default=EvaluationStatus.COMPLETED)
     faithfulness: Mapped[float | None] = mapped_column(Float)
     answer_relevance: Mapped[float | None] = mapped_column(Float)
     context_precision: Mapped[float | None] = mapped_column(Float)
@@ -183,7 +187,7 @@ class Evaluation(Base):
         Index("ix_evaluations_failure", "failure_mode", "evaluated_at"),
         Index("ix_evaluations_tier_score", "evaluation_tier", "heuristic_score"),
         CheckConstraint(_in("evaluation_tier", EVALUATION_TIERS), name="tier"),
-        CheckConstraint(_in("status", ("completed", "failed")), name="status"),
+        CheckConstraint(_in("status", EVALUATION_STATUSES), name="status"),
     )
 
 
@@ -376,7 +380,7 @@ class EvaluationJob(Base):
     answer_id: Mapped[str] = mapped_column(ANSWER_ID, ForeignKey("answers.answer_id", ondelete="CASCADE"))
     tier: Mapped[str] = mapped_column(String(16))
     payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=5)
     available_at: Mapped[datetime] = mapped_column(default=utcnow)

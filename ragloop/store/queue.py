@@ -20,7 +20,7 @@ Life of a job::
   rolls the result back too::
 
       with db.transaction():
-          evaluations.add(job.answer_id, "heuristic", scores=...)
+          evaluations.add(job.answer_id, Tier.HEURISTIC, scores=...)
           queue.complete(job.job_id, worker_id, job.lease_token)
 
 Times come from the application clock (`clock`, UTC), so tests can move time, and every process that
@@ -45,6 +45,7 @@ from ragloop.store.db import Database
 from ragloop.store.models import JOB_STATUSES, Answer, EvaluationJob, new_id, utcnow
 from ragloop.store.repositories import NotFoundError
 from ragloop.store.repositories._base import _serialize
+from ragloop.store.vocabulary import PENDING, JobStatus
 
 JOBS = cast(Table, EvaluationJob.__table__)
 J = JOBS.c
@@ -95,7 +96,7 @@ class QueueStats:
     @property
     def depth(self) -> int:
         """Jobs not finished yet (queued + leased)."""
-        return self.counts.get("queued", 0) + self.counts.get("leased", 0)
+        return self.counts.get(JobStatus.QUEUED, 0) + self.counts.get(JobStatus.LEASED, 0)
 
 
 class EvaluationQueue:
@@ -145,7 +146,7 @@ class EvaluationQueue:
                     answer_id=answer_id,
                     tier=tier,
                     payload=dict(payload or {}),
-                    status="queued",
+                    status=JobStatus.QUEUED,
                     attempts=0,
                     max_attempts=max_attempts or self.max_attempts,
                     available_at=now + timedelta(seconds=delay_s),
@@ -178,7 +179,7 @@ class EvaluationQueue:
                 update(JOBS)
                 .where(J.job_id == pick.scalar_subquery(), due)
                 .values(
-                    status="leased",
+                    status=JobStatus.LEASED,
                     leased_by=worker_id,
                     lease_token=new_id(),
                     lease_expires_at=now + timedelta(seconds=lease_seconds),
@@ -193,8 +194,8 @@ class EvaluationQueue:
     @staticmethod
     def _due(now: datetime) -> ColumnElement[bool]:
         return or_(
-            and_(J.status == "queued", J.available_at <= now),
-            and_(J.status == "leased", J.lease_expires_at <= now, J.attempts < J.max_attempts),
+            and_(J.status == JobStatus.QUEUED, J.available_at <= now),
+            and_(J.status == JobStatus.LEASED, J.lease_expires_at <= now, J.attempts < J.max_attempts),
         )
 
     @staticmethod
@@ -202,9 +203,9 @@ class EvaluationQueue:
         """Dead-letter jobs whose last allowed attempt ended in an expired lease (crash or overrun)."""
         s.execute(
             update(JOBS)
-            .where(J.status == "leased", J.lease_expires_at <= now, J.attempts >= J.max_attempts)
+            .where(J.status == JobStatus.LEASED, J.lease_expires_at <= now, J.attempts >= J.max_attempts)
             .values(
-                status="dead",
+                status=JobStatus.DEAD,
                 dead_reason="lease expired on the last attempt: the worker crashed or overran its lease",
                 lease_expires_at=None,
                 updated_at=now,
@@ -216,7 +217,7 @@ class EvaluationQueue:
             select(EvaluationJob)
             .where(
                 EvaluationJob.job_id == job_id,
-                EvaluationJob.status == "leased",
+                EvaluationJob.status == JobStatus.LEASED,
                 EvaluationJob.leased_by == worker_id,
                 EvaluationJob.lease_token == lease_token,
                 EvaluationJob.lease_expires_at > now,
@@ -232,7 +233,7 @@ class EvaluationQueue:
         row = s.get(EvaluationJob, job_id)
         if row is None:
             return f"no evaluation job {job_id!r}"
-        if row.status != "leased":
+        if row.status != JobStatus.LEASED:
             return f"job {job_id} is {row.status}, not leased"
         if row.leased_by != worker_id or row.lease_token != lease_token:
             return f"job {job_id} is leased to {row.leased_by} under another lease"
@@ -244,7 +245,7 @@ class EvaluationQueue:
         now = self.clock()
         with self.db.transaction() as s:
             row = self._held(s, job_id, worker_id, lease_token, now)
-            row.status, row.completed_at, row.lease_expires_at, row.updated_at = "done", now, None, now
+            row.status, row.completed_at, row.lease_expires_at, row.updated_at = JobStatus.DONE, now, None, now
             s.flush()
             return Job.from_row(row)
 
@@ -258,11 +259,12 @@ class EvaluationQueue:
             row = self._held(s, job_id, worker_id, lease_token, now)
             row.last_error, row.updated_at, row.lease_expires_at = error, now, None
             if not retry:
-                row.status, row.dead_reason = "dead", f"not retryable (attempt {row.attempts}): {error}"
+                row.status, row.dead_reason = JobStatus.DEAD, f"not retryable (attempt {row.attempts}): {error}"
             elif row.attempts >= row.max_attempts:
-                row.status, row.dead_reason = "dead", f"failed {row.attempts} of {row.max_attempts} attempts: {error}"
+                row.status = JobStatus.DEAD
+                row.dead_reason = f"failed {row.attempts} of {row.max_attempts} attempts: {error}"
             else:
-                row.status = "queued"
+                row.status = JobStatus.QUEUED
                 row.available_at = now + timedelta(seconds=self.backoff_seconds(row.attempts))
             s.flush()
             return Job.from_row(row)
@@ -297,7 +299,7 @@ class EvaluationQueue:
     def dead_letters(self, *, limit: int = 100) -> list[Job]:
         """Dead jobs, most recent first, with `dead_reason` and `last_error`."""
         with self.db.transaction(write=False) as s:
-            stmt = select(EvaluationJob).where(EvaluationJob.status == "dead")
+            stmt = select(EvaluationJob).where(EvaluationJob.status == JobStatus.DEAD)
             rows = s.scalars(stmt.order_by(EvaluationJob.updated_at.desc(), EvaluationJob.job_id).limit(limit))
             return [Job.from_row(r) for r in rows]
 
@@ -308,9 +310,9 @@ class EvaluationQueue:
             row = s.scalar(select(EvaluationJob).where(EvaluationJob.job_id == job_id).with_for_update())
             if row is None:
                 raise NotFoundError(f"no evaluation job {job_id!r}")
-            if row.status != "dead":
+            if row.status != JobStatus.DEAD:
                 raise ValueError(f"job {job_id} is {row.status}; only dead jobs are requeued")
-            row.status, row.attempts, row.available_at, row.updated_at = "queued", 0, now, now
+            row.status, row.attempts, row.available_at, row.updated_at = JobStatus.QUEUED, 0, now, now
             row.dead_reason = None
             s.flush()
             return Job.from_row(row)
@@ -319,19 +321,24 @@ class EvaluationQueue:
         self,
         tier: str | None = None,
         *,
-        statuses: Sequence[str] = ("queued",),
+        statuses: Sequence[str] = (JobStatus.QUEUED,),
         since: datetime | None = None,
         until: datetime | None = None,
         by: Literal["created_at", "completed_at"] = "created_at",
     ) -> int:
         """Jobs of `tier` (every tier when None) in `statuses` whose `by` time is in [since, until):
-        `count("human")` is the review queue's size."""
+        `count(Tier.HUMAN)` is the review queue's size."""
         with self.db.transaction(write=False) as s:
             where = self._where(tier, statuses, since, until, by)
             return int(s.scalar(select(func.count()).select_from(JOBS).where(where)) or 0)
 
     def listed(
-        self, tier: str, *, statuses: Sequence[str] = ("queued",), since: datetime | None = None, limit: int = 10_000
+        self,
+        tier: str,
+        *,
+        statuses: Sequence[str] = (JobStatus.QUEUED,),
+        since: datetime | None = None,
+        limit: int = 10_000,
     ) -> list[Job]:
         """Jobs of `tier` in `statuses` created since `since`, oldest first."""
         with self.db.transaction(write=False) as s:
@@ -356,8 +363,8 @@ class EvaluationQueue:
         with self.db.transaction() as s:
             result = s.execute(
                 update(JOBS)
-                .where(J.job_id.in_(list(job_ids)), J.status == "queued")
-                .values(status="done", completed_at=now, updated_at=now)
+                .where(J.job_id.in_(list(job_ids)), J.status == JobStatus.QUEUED)
+                .values(status=JobStatus.DONE, completed_at=now, updated_at=now)
             )
             return int(getattr(result, "rowcount", 0) or 0)
 
@@ -381,7 +388,7 @@ class EvaluationQueue:
     def lag_seconds(self) -> float:
         """Age of the oldest unfinished job (0 when the queue is drained): the evaluation lag."""
         with self.db.transaction(write=False) as s:
-            oldest = s.scalar(select(func.min(J.created_at)).where(J.status.in_(("queued", "leased"))))
+            oldest = s.scalar(select(func.min(J.created_at)).where(J.status.in_(PENDING)))
         return max(0.0, (self.clock() - oldest).total_seconds()) if oldest is not None else 0.0
 
     def stats(self) -> QueueStats:
@@ -389,7 +396,7 @@ class EvaluationQueue:
         with self.db.transaction(write=False) as s:
             rows = s.execute(select(J.tier, J.status, func.count()).group_by(J.tier, J.status)).all()
             due = s.scalar(select(func.count()).select_from(JOBS).where(self._due(now))) or 0
-            oldest = s.scalar(select(func.min(J.created_at)).where(J.status.in_(("queued", "leased"))))
+            oldest = s.scalar(select(func.min(J.created_at)).where(J.status.in_(PENDING)))
         counts = dict.fromkeys(JOB_STATUSES, 0)
         by_tier: dict[str, dict[str, int]] = {}
         for tier, status, n in rows:

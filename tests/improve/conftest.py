@@ -16,6 +16,7 @@ from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
 from tests.agent.conftest import DOCS, HASHED, make_collection
+from tests.store.conftest import backend, clock, db, postgres_admin_url, store, store_url  # noqa: F401 (fixtures)
 
 QUESTION = "When was the Zorblat Bridge completed?"
 IDEAL = "1887"

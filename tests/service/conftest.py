@@ -23,10 +23,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from ragloop.config import PipelineConfig, Settings
+from ragloop.improve.judge import Judge, ScorerJudge
 from ragloop.models.scoring import make_scorer
 from ragloop.retrieval.collection import Collection
 from ragloop.service import ServiceConfig, create_app
-from ragloop.service.judge import Judge, ScorerJudge
 from ragloop.service.worker import EvaluationWorker
 from ragloop.store import EvaluationQueue, Store
 from tests.agent.conftest import DOCS, HASHED, make_collection

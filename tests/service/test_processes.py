@@ -20,8 +20,7 @@ import yaml
 from sqlalchemy import select
 
 from ragloop.retrieval.collection import Collection
-from ragloop.service.review_intake import CANDIDATE
-from ragloop.store import Evaluation, EvaluationJob, Store
+from ragloop.store import Evaluation, EvaluationJob, Store, Tier
 from tests.service.conftest import CFG, build_app, make_keys, open_store, running
 from tests.service.test_evaluation import QUESTIONS, ask_all
 
@@ -234,6 +233,6 @@ async def test_worker_killed_mid_job_every_answer_evaluated_once(
         redone = store.queue.get(held.job_id)
         assert redone is not None and redone.status == "done" and redone.attempts == 2
         # human review jobs and held review candidates wait for people / the day's end, never for a worker
-        assert all(j.status == "done" for j in _jobs(store) if j.tier not in ("human", CANDIDATE))
+        assert all(j.status == "done" for j in _jobs(store) if j.tier not in (Tier.HUMAN, Tier.HUMAN_CANDIDATE))
     finally:
         store.close()

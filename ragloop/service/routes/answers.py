@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, status
 
+from ragloop.improve.routing import route_feedback
 from ragloop.service.answering import public_session
 from ragloop.service.deps import CallerDep, ServiceDep
 from ragloop.service.routes._common import ID_PATTERN, answer_citations, evaluation_public, owned_answer
@@ -19,13 +20,12 @@ from ragloop.service.schemas import (
     FeedbackCreate,
     FeedbackPublic,
 )
-from ragloop.service.worker import TIER1, TIER2, TIER3
 from ragloop.store import feedback_weight
+from ragloop.store.vocabulary import EVALUATION_TIERS, Tier
 
 router = APIRouter(tags=["answers"])
 AnswerId = Annotated[str, Path(pattern=ID_PATTERN, description="The `answer_id` of a `/v1/query` response.")]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such answer (or not yours)."}}
-TIER_RANK = {"human": 3, "llm_judge": 2, "heuristic": 1}
 
 
 @router.get(
@@ -70,7 +70,6 @@ async def post_feedback(
     store = svc.store
 
     def write() -> tuple[str, bool, float]:
-        queued = False
         with store.db.transaction():
             row = store.feedback.add(
                 answer_id,
@@ -86,16 +85,13 @@ async def post_feedback(
                     highlighted_passages=passages,
                 ),
             )
-            jobs = {j.tier: j for j in store.queue.for_answer(answer_id)}
-            base = dict(jobs[TIER1].payload) if TIER1 in jobs else {}
-            if body.rating == "negative" and TIER2 not in jobs:
-                store.queue.enqueue(answer_id, TIER2, {**base, "reasons": ["negative_feedback"]})
-                queued = True
-            if detailed and TIER3 not in jobs:
-                store.queue.enqueue(
-                    answer_id, TIER3, {"reasons": ["detailed_feedback"], "feedback_id": row.feedback_id}
-                )
-                queued = True
+            queued = route_feedback(
+                store.queue,
+                answer_id,
+                negative=body.rating == "negative",
+                detailed=detailed,
+                feedback_id=row.feedback_id,
+            )
             return row.feedback_id, queued, row.weight
 
     feedback_id, queued, weight = await asyncio.to_thread(write)
@@ -119,8 +115,8 @@ async def get_evaluations(answer_id: AnswerId, svc: ServiceDep, caller: CallerDe
             EvaluationJobPublic.model_validate(j, from_attributes=True) for j in svc.store.queue.for_answer(answer_id)
         ]
         done = [r for r in rows if r.status == "completed"]
-        best = max(done, key=lambda r: (TIER_RANK[r.evaluation_tier], r.evaluated_at), default=None)
-        tier1 = next((r for r in reversed(done) if r.evaluation_tier == TIER1), None)
+        best = max(done, key=lambda r: (EVALUATION_TIERS.index(r.evaluation_tier), r.evaluated_at), default=None)
+        tier1 = next((r for r in reversed(done) if r.evaluation_tier == Tier.HEURISTIC), None)
         return EvaluationsPublic(
             answer_id=answer_id,
             evaluation_tier=best.evaluation_tier if best else None,

@@ -10,9 +10,9 @@ from sqlalchemy import select, update
 from ragloop.service.deps import AdminDep, ServiceDep
 from ragloop.service.routes._common import ID_PATTERN, answer_citations, evaluation_public
 from ragloop.service.schemas import CitationPublic, EvaluationPublic, ReviewCreate, ReviewItemPublic
-from ragloop.service.worker import TIER3
 from ragloop.store import Answer, EvaluationJob, utcnow
 from ragloop.store import Query as QueryRow
+from ragloop.store.vocabulary import PENDING, JobStatus, Tier
 
 router = APIRouter(tags=["review"])
 
@@ -27,7 +27,7 @@ def review_queue(
             select(EvaluationJob, Answer, QueryRow.question_text)
             .join(Answer, Answer.answer_id == EvaluationJob.answer_id)
             .join(QueryRow, QueryRow.query_id == Answer.query_id)
-            .where(EvaluationJob.tier == TIER3, EvaluationJob.status == "queued")
+            .where(EvaluationJob.tier == Tier.HUMAN, EvaluationJob.status == JobStatus.QUEUED)
             .order_by(EvaluationJob.created_at, EvaluationJob.job_id)
             .limit(limit)
         ).all()
@@ -66,7 +66,7 @@ def submit_review(
         scores: dict[str, float | None] = {str(k): v for k, v in body.scores.items()}
         row = store.evaluations.add(
             answer_id,
-            "human",
+            Tier.HUMAN,
             scores=scores,
             failure_mode=body.failure_mode,
             failure_evidence={
@@ -82,10 +82,10 @@ def submit_review(
             update(EvaluationJob)
             .where(
                 EvaluationJob.answer_id == answer_id,
-                EvaluationJob.tier == TIER3,
-                EvaluationJob.status.in_(("queued", "leased")),
+                EvaluationJob.tier == Tier.HUMAN,
+                EvaluationJob.status.in_(PENDING),
             )
-            .values(status="done", completed_at=now, updated_at=now, lease_expires_at=None)
+            .values(status=JobStatus.DONE, completed_at=now, updated_at=now, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
         return evaluation_public(row)

@@ -10,8 +10,9 @@ from typing import Any
 from sqlalchemy import select
 
 from ragloop.store.db import Database
-from ragloop.store.models import EVALUATION_TIERS, Answer, Evaluation
+from ragloop.store.models import Answer, Evaluation
 from ragloop.store.repositories._base import METRICS, _require
+from ragloop.store.vocabulary import EVALUATION_TIERS, EvaluationStatus
 
 
 class Evaluations:
@@ -30,15 +31,16 @@ class Evaluations:
         oracle_chunk_ids: Sequence[str] = (),
         improvement_actions: Sequence[Mapping[str, Any]] = (),
         evaluator_model: str | None = None,
-        status: str = "completed",
+        status: str = EvaluationStatus.COMPLETED,
         error: str | None = None,
     ) -> Evaluation:
         """Record one evaluation. `tier` is heuristic | llm_judge | human; `status='failed'` (with `error`)
         records a judge that gave up, so no answer silently goes unevaluated. The four named metrics in
         `scores` also fill their own columns (for indexing and aggregation)."""
         if tier not in EVALUATION_TIERS:
-            raise ValueError(f"unknown evaluation tier {tier!r}; expected one of {EVALUATION_TIERS}")
-        if status not in ("completed", "failed"):
+            known = tuple(str(t) for t in EVALUATION_TIERS)
+            raise ValueError(f"unknown evaluation tier {tier!r}; expected one of {known}")
+        if status not in tuple(EvaluationStatus):
             raise ValueError(f"evaluation status must be 'completed' or 'failed', got {status!r}")
         score_map = dict(scores or {})
         with self.db.transaction() as s:

@@ -3,9 +3,9 @@
 Until tier 1 is recalibrated, most tier-2 judgements disagree with its uncalibrated prior (178 of
 187 in the reliability run went to review), and sending each one to people turns the review queue
 into a firehose. So a disagreement above `tier3_disagreement` only makes the answer a *candidate*:
-a `human_candidate` job that no worker claims. Once a UTC day is over (and `GRACE_S` more, for
-judgements still committing), that day's candidates are ranked by disagreement and the top N go to
-the review queue, with
+a `human_candidate` job (`Tier.HUMAN_CANDIDATE`) that no worker claims. Once a UTC day is over (and
+`GRACE_S` more, for judgements still committing), that day's candidates are ranked by disagreement
+and the top N go to the review queue, with
 
     N = min(tier3_disagreement_daily_max, ceil(tier3_disagreement_share × answers judged at tier 2 that day))
 
@@ -27,14 +27,12 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from ragloop.service.config import ServiceConfig
+from ragloop.improve.routing import RoutingConfig, RoutingReason
 from ragloop.store import Job, Store
-from ragloop.store.models import JOB_STATUSES
+from ragloop.store.vocabulary import JobStatus, Tier
 
-log = logging.getLogger("ragloop.service.worker")
+log = logging.getLogger("ragloop.improve.review_intake")
 
-CANDIDATE = "human_candidate"
-REASON = "tier1_tier2_disagreement"
 GRACE_S = 300.0
 DAY = timedelta(days=1)
 MAX_CANDIDATES = 100_000
@@ -59,17 +57,15 @@ class DaySelection:
 
 
 class ReviewIntake:
-    def __init__(self, store: Store, config: ServiceConfig, *, tier2: str = "llm_judge", tier3: str = "human") -> None:
+    def __init__(self, store: Store, config: RoutingConfig) -> None:
         self.store = store
         self.config = config
-        self.tier2 = tier2
-        self.tier3 = tier3
 
     def offer(self, answer_id: str, disagreement: float) -> bool:
         """Inside the tier-2 transaction: hold the answer as a candidate when it disagrees enough."""
         if disagreement <= self.config.tier3_disagreement:
             return False
-        self.store.queue.enqueue(answer_id, CANDIDATE, {"disagreement": round(disagreement, 6)})
+        self.store.queue.enqueue(answer_id, Tier.HUMAN_CANDIDATE, {"disagreement": round(disagreement, 6)})
         return True
 
     def cap(self, judged: int) -> int:
@@ -84,7 +80,7 @@ class ReviewIntake:
         done: list[DaySelection] = []
         with queue.exclusive("review-intake"):
             by_day: dict[datetime, list[Job]] = {}
-            for job in queue.listed(CANDIDATE, limit=MAX_CANDIDATES):
+            for job in queue.listed(Tier.HUMAN_CANDIDATE, limit=MAX_CANDIDATES):
                 if job.created_at < cutoff:
                     by_day.setdefault(day_start(job.created_at), []).append(job)
             for day, jobs in sorted(by_day.items()):
@@ -102,10 +98,10 @@ class ReviewIntake:
 
     def _select_day(self, day: datetime, jobs: list[Job]) -> DaySelection:
         queue, end, tag = self.store.queue, day + DAY, day.date().isoformat()
-        judged = queue.count(self.tier2, statuses=("done",), since=day, until=end, by="completed_at")
+        judged = queue.count(Tier.LLM_JUDGE, statuses=(JobStatus.DONE,), since=day, until=end, by="completed_at")
         cap = self.cap(judged)
         earlier = sum(
-            1 for j in queue.listed(self.tier3, statuses=JOB_STATUSES, since=end) if j.payload.get("day") == tag
+            1 for j in queue.listed(Tier.HUMAN, statuses=tuple(JobStatus), since=end) if j.payload.get("day") == tag
         )
         ranked = sorted(jobs, key=lambda j: (-float(j.payload.get("disagreement", 0.0)), j.created_at, j.job_id))
         admitted: list[str] = []
@@ -113,13 +109,13 @@ class ReviewIntake:
             if earlier + len(admitted) >= cap:
                 break
             payload = {
-                "reasons": [REASON],
+                "reasons": [RoutingReason.DISAGREEMENT],
                 "disagreement": job.payload.get("disagreement"),
                 "day": tag,
                 "rank": earlier + len(admitted) + 1,
                 "cap": cap,
             }
-            got = queue.enqueue(job.answer_id, self.tier3, payload)
+            got = queue.enqueue(job.answer_id, Tier.HUMAN, payload)
             if got.payload.get("day") == tag:  # else it already waits for review (sample, feedback)
                 admitted.append(job.answer_id)
         queue.close([j.job_id for j in jobs])

@@ -10,7 +10,7 @@ Two kinds of judge, both behind `Judge.evaluate(JudgeInput) -> JudgeResult`:
 - `ChatJudge(chat_model)` asks a chat model once per answer for a structured verdict (the design's
   "~2,000 tokens per evaluation"), with the sources fenced as data.
 
-A judge raises on failure; the worker owns retries, backoff and the failed-evaluation record.
+A judge raises on failure; `evaluate.py` and the queue own retries, backoff and the failed-evaluation record.
 """
 
 from __future__ import annotations

@@ -1,0 +1,274 @@
+"""Online evaluation of one claimed job, tier by tier: what is computed, written and routed.
+
+- **Tier 1** (`Tier.HEURISTIC`, every answer): the features and linear model of `tier1.py`. In the
+  same transaction as the evaluation it routes the answer on (`routing.route_tier1`): to tier 2 (a
+  `llm_judge` job) when it is in the random sample, scores below the threshold, or asks a
+  golden-set question; to tier 3 (a `human` review job) by a smaller random sample. Negative
+  feedback routes to tier 2 from the feedback route, and detailed feedback to tier 3
+  (`routing.route_feedback`).
+- **Tier 2** (`Tier.LLM_JUDGE`): the configured judge (`judge.py`). A judge that fails is retried
+  with backoff; on the last attempt a *failed* evaluation is written together with the dead letter,
+  so no answer is ever silently left unjudged. A tier-2 score that disagrees with tier 1 by more
+  than the threshold makes the answer a review candidate; each day's highest go to human review,
+  capped (`review_intake.py`).
+- **Exactly once**: the evaluation, any follow-up jobs and `complete()` commit in one transaction
+  under the job's lease. A worker killed mid-job (even mid-transaction) leaves the job leased; the
+  lease expires and the next claim redoes it from scratch.
+- Jobs that died of lease expiry on their last attempt (a worker crashing every time) get their
+  failed evaluation from `sweep_dead_letters()`, which every worker runs now and then.
+
+`OnlineEvaluator.process(job, worker_id)` is the whole of it for one job; the service's
+`EvaluationWorker` is only the loop around it (claiming, lease heartbeats, threads, metrics), in
+`ragloop serve` or in `ragloop worker` processes. Human (`human`) and candidate jobs are never
+claimed: they wait for `/v1/review` and for the day's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import select
+
+from ragloop.improve.judge import Judge, JudgeInput
+from ragloop.improve.review_intake import ReviewIntake
+from ragloop.improve.routing import RoutingConfig, RoutingReason, disagreement, route_tier1
+from ragloop.improve.tier1 import PRIOR, HeuristicModel, Tier1Input, compute_features
+from ragloop.models.scoring.base import Scorer
+from ragloop.store import Evaluation, EvaluationJob, Job, LeaseLostError, NotFoundError, Store, question_hash
+from ragloop.store.vocabulary import AUTOMATIC_TIERS, EvaluationStatus, JobStatus, Tier
+
+log = logging.getLogger("ragloop.improve.evaluate")
+
+GOLDEN_TTL_S = 60.0
+
+
+class Outcome(StrEnum):
+    """What became of one processed job."""
+
+    COMPLETED = "completed"
+    RETRY = "retry"
+    """Failed; queued again after a backoff."""
+    FAILED = "failed"
+    """Failed for the last time: dead-lettered, with a failed evaluation for tier 1 and tier 2."""
+    LEASE_LOST = "lease_lost"
+    """The lease ran out first: the result was discarded; whoever holds the job now redoes it."""
+
+
+class OnlineEvaluator:
+    """Evaluates claimed tier-1 and tier-2 jobs against one store. Thread-safe for one event loop."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: RoutingConfig,
+        *,
+        judge: Judge | None = None,
+        support_scorer: Scorer | None = None,
+        model: HeuristicModel = PRIOR,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.judge = judge
+        self.support_scorer = support_scorer
+        self.model = model
+        self.clock = clock
+        self.intake = ReviewIntake(store, config)
+        self._golden: tuple[float, dict[str, str]] | None = None
+
+    @property
+    def tiers(self) -> list[Tier]:
+        """The tiers this evaluator can process (tier 2 only with a judge)."""
+        return [Tier.HEURISTIC, Tier.LLM_JUDGE] if self.judge is not None else [Tier.HEURISTIC]
+
+    async def process(self, job: Job, worker_id: str) -> Outcome:
+        """Evaluate one job leased to `worker_id`: write its result, follow-up jobs and completion in
+        one transaction, or record the failed attempt (and, on the last one, the failed evaluation)."""
+        try:
+            if job.tier == Tier.HEURISTIC:
+                return await self._tier1(job, worker_id)
+            if job.tier == Tier.LLM_JUDGE:
+                return await self._tier2(job, worker_id)
+            error = f"workers do not process {job.tier!r} jobs"
+            return await asyncio.to_thread(self._fail, job, worker_id, error, False)
+        except LeaseLostError as exc:
+            log.warning("job %s (%s): lease lost, result discarded: %s", job.job_id, job.tier, exc)
+            return Outcome.LEASE_LOST
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("job %s (%s) attempt %d failed: %s", job.job_id, job.tier, job.attempts, error[:300])
+            try:
+                return await asyncio.to_thread(self._fail, job, worker_id, error, True)
+            except LeaseLostError:
+                return Outcome.LEASE_LOST
+
+    def _fail(self, job: Job, worker_id: str, error: str, retry: bool) -> Outcome:
+        """Record a failed attempt; on the last one, write the failed evaluation with the dead letter."""
+        assert job.lease_token is not None
+        last = not retry or job.attempts >= job.max_attempts
+        with self.store.db.transaction():
+            if last and job.tier in AUTOMATIC_TIERS:
+                self.store.evaluations.add(
+                    job.answer_id,
+                    job.tier,
+                    status=EvaluationStatus.FAILED,
+                    error=f"gave up after {job.attempts} attempt(s): {error}"[:4000],
+                    evaluator_model=self.evaluator_name(job.tier),
+                )
+            self.store.queue.fail(job.job_id, worker_id, job.lease_token, error, retry=retry)
+        return Outcome.FAILED if last else Outcome.RETRY
+
+    def evaluator_name(self, tier: str) -> str:
+        """The `evaluator_model` recorded for `tier`'s evaluations."""
+        if tier == Tier.HEURISTIC:
+            return f"heuristic:{self.model.version}"
+        return self.judge.name if self.judge is not None else "judge:none"
+
+    # ------------------------------------------------------------------ tier 1
+
+    async def _tier1(self, job: Job, worker_id: str) -> Outcome:
+        p = job.payload
+        item = Tier1Input(
+            question=str(p.get("question", "")),
+            answer=str(p.get("answer", "")),
+            contexts=_contexts(p),
+            retrieval_scores=[float(x) for x in p.get("retrieval_scores", [])],
+            refused=bool(p.get("refused", False)),
+        )
+        feats = await compute_features(item, self.support_scorer)
+        score = self.model.score(feats.values)
+        golden = await asyncio.to_thread(self._golden_reference, item.question)
+        route = route_tier1(job.answer_id, score, golden=golden is not None, config=self.config)
+        evidence = {
+            "least_supported_claim": feats.least_supported_claim,
+            "n_claims": feats.n_claims,
+            "routed_to": route.routed_to,
+            "tier2_reasons": route.tier2_reasons,
+            **feats.extra,
+        }
+        assert job.lease_token is not None
+        token = job.lease_token
+
+        def commit() -> None:
+            with self.store.db.transaction():
+                self.store.evaluations.add(
+                    job.answer_id,
+                    Tier.HEURISTIC,
+                    heuristic_score=round(score, 4),
+                    scores=feats.as_scores(),
+                    failure_evidence=evidence,
+                    evaluator_model=self.evaluator_name(Tier.HEURISTIC),
+                )
+                if route.tier2_reasons:
+                    payload = {**p, "reasons": route.tier2_reasons, "reference": golden, "heuristic_score": score}
+                    self.store.queue.enqueue(job.answer_id, Tier.LLM_JUDGE, payload)
+                if route.human:
+                    self.store.queue.enqueue(job.answer_id, Tier.HUMAN, {"reasons": [RoutingReason.RANDOM_SAMPLE]})
+                self.store.queue.complete(job.job_id, worker_id, token)
+
+        await asyncio.to_thread(commit)
+        return Outcome.COMPLETED
+
+    def _golden_reference(self, question: str) -> str | None:
+        now = self.clock()
+        if self._golden is None or now - self._golden[0] > GOLDEN_TTL_S:
+            entries = self.store.golden.current_golden_set()
+            self._golden = (now, {question_hash(e.question): e.expected_answer for e in entries})
+        return self._golden[1].get(question_hash(question))
+
+    # ------------------------------------------------------------------ tier 2
+
+    async def _tier2(self, job: Job, worker_id: str) -> Outcome:
+        if self.judge is None:  # not claimed without a judge; defensive
+            raise RuntimeError("no judge configured in this worker")
+        judge = self.judge
+        p = job.payload
+        if "answer" not in p:  # queued by feedback before tier 1 stored its payload
+            p = await asyncio.to_thread(self._payload_for, job.answer_id)
+        item = JudgeInput(
+            question=str(p.get("question", "")),
+            answer=str(p.get("answer", "")),
+            contexts=_contexts(p),
+            refused=bool(p.get("refused", False)),
+            reference=p.get("reference") or None,
+        )
+        result = await judge.evaluate(item)
+        overall = result.overall
+        assert job.lease_token is not None
+        token = job.lease_token
+
+        def commit() -> None:
+            with self.store.db.transaction():
+                tier1 = self.store.evaluations.latest(job.answer_id, Tier.HEURISTIC)
+                h = tier1.heuristic_score if tier1 is not None and tier1.status == EvaluationStatus.COMPLETED else None
+                gap = disagreement(overall, h)
+                candidate = gap is not None and self.intake.offer(job.answer_id, gap)
+                evidence = dict(result.evidence)
+                evidence.update(
+                    overall=overall,
+                    heuristic_score=h,
+                    disagreement=gap,
+                    reasons=p.get("reasons", []),
+                    review_candidate=candidate,
+                )
+                self.store.evaluations.add(
+                    job.answer_id,
+                    Tier.LLM_JUDGE,
+                    scores={k: (round(v, 4) if v is not None else None) for k, v in result.scores.items()},
+                    failure_evidence=evidence,
+                    evaluator_model=judge.name,
+                )
+                self.store.queue.complete(job.job_id, worker_id, token)
+
+        await asyncio.to_thread(commit)
+        return Outcome.COMPLETED
+
+    def _payload_for(self, answer_id: str) -> dict[str, Any]:
+        for j in self.store.queue.for_answer(answer_id):
+            if j.tier == Tier.HEURISTIC and "answer" in j.payload:
+                return dict(j.payload)
+        raise NotFoundError(f"answer {answer_id} has no stored evaluation payload")
+
+    # ------------------------------------------------------------------ dead letters
+
+    def sweep_dead_letters(self, limit: int = 200) -> int:
+        """Write the failed evaluation for dead tier-1/tier-2 jobs that have none (lease expired on the
+        last attempt). Returns how many it wrote."""
+        written = 0
+        for dead in self.store.queue.dead_letters(limit=limit):
+            if dead.tier not in AUTOMATIC_TIERS:
+                continue
+            with self.store.db.transaction() as s:
+                row = s.scalar(select(EvaluationJob).where(EvaluationJob.job_id == dead.job_id).with_for_update())
+                if row is None or row.status != JobStatus.DEAD:
+                    continue
+                have = s.scalar(
+                    select(Evaluation.eval_id)
+                    .where(Evaluation.answer_id == dead.answer_id, Evaluation.evaluation_tier == dead.tier)
+                    .limit(1)
+                )
+                if have is not None:
+                    continue
+                self.store.evaluations.add(
+                    dead.answer_id,
+                    dead.tier,
+                    status=EvaluationStatus.FAILED,
+                    error=f"dead letter: {dead.dead_reason or dead.last_error or 'unknown'}"[:4000],
+                    evaluator_model=self.evaluator_name(dead.tier),
+                )
+                written += 1
+        if written:
+            log.warning("recorded %d failed evaluations for dead-lettered jobs", written)
+        return written
+
+
+def _contexts(payload: dict[str, Any]) -> list[str]:
+    sources = payload.get("sources") or []
+    if sources:
+        return [str(s.get("text", "")) for s in sources if isinstance(s, dict)]
+    return [str(r.get("text", "")) for r in payload.get("retrieved") or [] if isinstance(r, dict)]

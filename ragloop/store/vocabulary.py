@@ -1,0 +1,80 @@
+"""The words the tables hold: evaluation tiers, job statuses, evaluation statuses, failure modes.
+
+Each is a `StrEnum` whose members *are* their database values (`Tier.HEURISTIC == "heuristic"`):
+rows read back as plain strings compare and hash equal to the members, JSON and SQL get the plain
+value, and renaming a member changes no stored value. They live in the store because it is the
+lowest layer that needs them (its CHECK constraints list the tiers and statuses); every layer above
+(`improve`, `service`, `web`'s API) imports them from here instead of spelling the strings.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal, get_args
+
+
+class Tier(StrEnum):
+    """Who evaluates an answer; an evaluation job's `tier` and an evaluation's `evaluation_tier`."""
+
+    HEURISTIC = "heuristic"
+    """Tier 1: cheap signals and a linear model, on every answer (`ragloop.improve.tier1`)."""
+    LLM_JUDGE = "llm_judge"
+    """Tier 2: the judge, on a routed share (`ragloop.improve.judge`, `ragloop.improve.routing`)."""
+    HUMAN = "human"
+    """Tier 3: the human review queue; no worker claims these jobs."""
+    HUMAN_CANDIDATE = "human_candidate"
+    """A job only, never an evaluation: an answer held for the capped daily review intake
+    (`ragloop.improve.review_intake`); no worker claims these jobs."""
+
+
+EvaluationTier = Literal[Tier.HEURISTIC, Tier.LLM_JUDGE, Tier.HUMAN]
+"""The tiers an evaluation can have (for typed fields: the API's evaluation schemas)."""
+EVALUATION_TIERS: tuple[Tier, ...] = get_args(EvaluationTier)
+"""The same, in rising authority (human > llm_judge > heuristic)."""
+AUTOMATIC_TIERS: tuple[Tier, ...] = (Tier.HEURISTIC, Tier.LLM_JUDGE)
+"""The tiers workers claim and evaluate; the others wait for people or for the day's end."""
+
+
+class JobStatus(StrEnum):
+    """An evaluation job's state (`ragloop.store.queue`)."""
+
+    QUEUED = "queued"
+    LEASED = "leased"
+    DONE = "done"
+    DEAD = "dead"
+
+
+PENDING: tuple[JobStatus, ...] = (JobStatus.QUEUED, JobStatus.LEASED)
+"""Jobs not finished yet."""
+
+
+class EvaluationStatus(StrEnum):
+    """`failed` records a tier that gave up: an answer is never silently left unevaluated."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class FailureMode(StrEnum):
+    """Why an answer failed: the failure classifier's outcomes (the seed's section 4.2), stored in an
+    evaluation's `failure_mode` (`ragloop.improve.types` re-exports it for diagnosis)."""
+
+    RANKING_FAILURE = "ranking_failure"
+    EMBEDDING_FAILURE = "embedding_failure"
+    CHUNKING_FAILURE = "chunking_failure"
+    KNOWLEDGE_GAP = "knowledge_gap"
+    GENERATION_FAILURE = "generation_failure"
+    RETRIEVAL_SUCCESS = "retrieval_success"
+
+
+ReviewFailureMode = Literal[
+    "retrieval_failure",
+    FailureMode.CHUNKING_FAILURE,
+    FailureMode.EMBEDDING_FAILURE,
+    FailureMode.RANKING_FAILURE,
+    FailureMode.GENERATION_FAILURE,
+    FailureMode.KNOWLEDGE_GAP,
+]
+"""What a human reviewer may label an answer with (`POST /v1/review/{answer_id}`): the five failure
+modes, plus a coarse `retrieval_failure` for a reviewer who cannot tell which retrieval stage failed.
+`retrieval_success` is a classifier outcome, not a reviewer's label."""
