@@ -13,7 +13,10 @@ with the same vectorised functions `stats.compare` uses (`mixture_log_e`, `mixtu
 - `always_valid`: the promotion rule (duration, samples per arm, always-valid p < alpha,
   difference >= min_effect);
 - `always_valid_strict`: the same with the interval's lower bound >= min_effect;
+- `always_valid_any_effect`: the same with any positive difference (no minimum effect), which
+  shows what the sequential test alone controls;
 - `welch_every_look_gated`: the promotion rule with Welch's p in place of the always-valid p;
+- `welch_every_look_any_effect`: that, with any positive difference;
 - `welch_every_look`: the plain repeated t-test: promote at the first look with p < alpha and a
   positive difference;
 - `welch_fixed_horizon`: one Welch test at the planned end (the honest fixed-sample baseline);
@@ -38,7 +41,9 @@ from ragloop.experiments.stats import SequentialDesign, check_split, mixture_log
 class Rule(StrEnum):
     ALWAYS_VALID = "always_valid"
     ALWAYS_VALID_STRICT = "always_valid_strict"
+    ALWAYS_VALID_ANY_EFFECT = "always_valid_any_effect"
     WELCH_EVERY_LOOK_GATED = "welch_every_look_gated"
+    WELCH_EVERY_LOOK_ANY_EFFECT = "welch_every_look_any_effect"
     WELCH_EVERY_LOOK = "welch_every_look"
     WELCH_FIXED_HORIZON = "welch_fixed_horizon"
     GUARDRAIL_HALT = "guardrail_halt"
@@ -182,7 +187,9 @@ def first_hits(plan: SimulationPlan, cum: Cumulative, delta: float) -> dict[Rule
     masks = {
         Rule.ALWAYS_VALID: gate & av_significant & big_enough,
         Rule.ALWAYS_VALID_STRICT: gate & burned & (diff - radius >= plan.min_effect),
+        Rule.ALWAYS_VALID_ANY_EFFECT: gate & av_significant & (diff > 0),
         Rule.WELCH_EVERY_LOOK_GATED: gate & welch_significant & big_enough,
+        Rule.WELCH_EVERY_LOOK_ANY_EFFECT: gate & welch_significant & (diff > 0),
         Rule.WELCH_EVERY_LOOK: welch_significant & (diff > 0),
         Rule.WELCH_FIXED_HORIZON: last & gate & welch_significant & big_enough,
         Rule.GUARDRAIL_HALT: av_significant & (diff < 0) & (relative_drop > plan.max_regression),
