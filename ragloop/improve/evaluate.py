@@ -32,15 +32,13 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select
-
 from ragloop.improve.judge import Judge, JudgeInput
 from ragloop.improve.review_intake import ReviewIntake
 from ragloop.improve.routing import RoutingConfig, RoutingReason, disagreement, route_tier1
 from ragloop.improve.tier1 import PRIOR, HeuristicModel, Tier1Input, compute_features
 from ragloop.models.scoring.base import Scorer
-from ragloop.store import Evaluation, EvaluationJob, Job, LeaseLostError, NotFoundError, Store, question_hash
-from ragloop.store.vocabulary import AUTOMATIC_TIERS, EvaluationStatus, JobStatus, Tier
+from ragloop.store import Job, LeaseLostError, NotFoundError, Store, question_hash
+from ragloop.store.vocabulary import AUTOMATIC_TIERS, EvaluationStatus, Tier
 
 log = logging.getLogger("ragloop.improve.evaluate")
 
@@ -243,16 +241,10 @@ class OnlineEvaluator:
         for dead in self.store.queue.dead_letters(limit=limit):
             if dead.tier not in AUTOMATIC_TIERS:
                 continue
-            with self.store.db.transaction() as s:
-                row = s.scalar(select(EvaluationJob).where(EvaluationJob.job_id == dead.job_id).with_for_update())
-                if row is None or row.status != JobStatus.DEAD:
+            with self.store.db.transaction():
+                if self.store.queue.hold_dead(dead.job_id) is None:  # requeued meanwhile
                     continue
-                have = s.scalar(
-                    select(Evaluation.eval_id)
-                    .where(Evaluation.answer_id == dead.answer_id, Evaluation.evaluation_tier == dead.tier)
-                    .limit(1)
-                )
-                if have is not None:
+                if self.store.evaluations.exists(dead.answer_id, dead.tier):
                     continue
                 self.store.evaluations.add(
                     dead.answer_id,

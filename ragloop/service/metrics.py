@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ragloop.store.vocabulary import AUTOMATIC_TIERS, PENDING, JobStatus, Tier
+from ragloop.store.vocabulary import AUTOMATIC_TIERS, JobStatus, Tier
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -36,19 +36,6 @@ class _QueueCollector(Collector):
 
     def __init__(self, store: Store) -> None:
         self.store = store
-
-    def _oldest_by_tier(self) -> dict[str, datetime]:
-        from sqlalchemy import func, select
-
-        from ragloop.store import EvaluationJob
-
-        with self.store.db.transaction(write=False) as s:
-            rows = s.execute(
-                select(EvaluationJob.tier, func.min(EvaluationJob.created_at))
-                .where(EvaluationJob.status.in_(PENDING))
-                .group_by(EvaluationJob.tier)
-            ).all()
-        return {str(tier): _aware(at) for tier, at in rows if at is not None}
 
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily(
@@ -70,7 +57,6 @@ class _QueueCollector(Collector):
         due = GaugeMetricFamily("ragloop_evaluation_queue_due", "Evaluation jobs due to be claimed now")
         try:
             stats = self.store.queue.stats()
-            oldest = self._oldest_by_tier()
         except Exception as exc:  # the store being down must not break the scrape
             log.warning("metrics: cannot read the evaluation queue: %s", type(exc).__name__)
             return
@@ -78,20 +64,15 @@ class _QueueCollector(Collector):
         for tier, counts in sorted(stats.by_tier.items()):
             for status, n in sorted(counts.items()):
                 jobs.add_metric([tier, status], n)
-        ages = {tier: max(0.0, (now - at).total_seconds()) for tier, at in oldest.items()}
+        ages = {tier: max(0.0, (now - at).total_seconds()) for tier, at in stats.oldest_pending_by_tier.items()}
         for tier, age in sorted(ages.items()):
             lag_by_tier.add_metric([tier], age)
-        pending = sum(stats.by_tier.get(t, {}).get(s, 0) for t in AUTOMATIC_TIERS for s in PENDING)
-        depth.add_metric([], pending)
+        depth.add_metric([], stats.pending(AUTOMATIC_TIERS))
         lag.add_metric([], max((ages.get(t, 0.0) for t in AUTOMATIC_TIERS), default=0.0))
         review.add_metric([], stats.by_tier.get(Tier.HUMAN, {}).get(JobStatus.QUEUED, 0))
         held.add_metric([], stats.by_tier.get(Tier.HUMAN_CANDIDATE, {}).get(JobStatus.QUEUED, 0))
         due.add_metric([], stats.due)
         yield from (jobs, depth, lag, lag_by_tier, review, held, due)
-
-
-def _aware(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 class ServiceMetrics:

@@ -15,7 +15,8 @@ Life of a job::
   token and an unexpired lease; otherwise they raise `LeaseLostError` and change nothing. A worker that
   stalled past its lease therefore cannot complete a job someone else now holds.
 - Jobs no worker claims (tier `human`, held candidates) are read with `count` / `listed` and settled
-  with `close`; `exclusive(name)` serialises a decision that reads and writes many of them.
+  with `close` (held candidates) or `settle` (a review submitted); `exclusive(name)` serialises a
+  decision that reads and writes many of them.
 - Exactly-once results: write the result and call `complete` in one transaction, so a lost lease
   rolls the result back too::
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, cast
 
@@ -92,11 +93,17 @@ class QueueStats:
     by_tier: dict[str, dict[str, int]]
     due: int
     oldest_pending_age_s: float
+    oldest_pending_by_tier: dict[str, datetime] = field(default_factory=dict)
+    """Per tier, when its oldest unfinished job was created (tiers with none are left out)."""
 
     @property
     def depth(self) -> int:
         """Jobs not finished yet (queued + leased)."""
         return self.counts.get(JobStatus.QUEUED, 0) + self.counts.get(JobStatus.LEASED, 0)
+
+    def pending(self, tiers: Sequence[str]) -> int:
+        """Jobs of `tiers` not finished yet (queued + leased)."""
+        return sum(self.by_tier.get(t, {}).get(s, 0) for t in tiers for s in PENDING)
 
 
 class EvaluationQueue:
@@ -303,6 +310,17 @@ class EvaluationQueue:
             rows = s.scalars(stmt.order_by(EvaluationJob.updated_at.desc(), EvaluationJob.job_id).limit(limit))
             return [Job.from_row(r) for r in rows]
 
+    def hold_dead(self, job_id: str) -> Job | None:
+        """Lock a dead job's row until the caller's transaction ends and return it; None when the job is
+        not (or no longer) dead. For whoever records what a dead letter means exactly once."""
+        with self.db.transaction() as s:
+            row = s.scalar(
+                select(EvaluationJob)
+                .where(EvaluationJob.job_id == job_id, EvaluationJob.status == JobStatus.DEAD)
+                .with_for_update()
+            )
+            return Job.from_row(row) if row is not None else None
+
     def requeue(self, job_id: str) -> Job:
         """Give a dead job a fresh set of attempts (after fixing what killed it)."""
         now = self.clock()
@@ -368,6 +386,18 @@ class EvaluationQueue:
             )
             return int(getattr(result, "rowcount", 0) or 0)
 
+    def settle(self, answer_id: str, tier: str) -> int:
+        """Mark the answer's `tier` job done, queued or leased, without a lease: for a job a person
+        answers (a review submitted for a `human` job). Returns how many changed (0 or 1)."""
+        now = self.clock()
+        with self.db.transaction() as s:
+            result = s.execute(
+                update(JOBS)
+                .where(J.answer_id == answer_id, J.tier == tier, J.status.in_(PENDING))
+                .values(status=JobStatus.DONE, completed_at=now, updated_at=now, lease_expires_at=None)
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
     @contextmanager
     def exclusive(self, name: str) -> Iterator[Session]:
         """A write transaction that holds the lock `name` until it ends (an advisory lock on
@@ -396,11 +426,20 @@ class EvaluationQueue:
         with self.db.transaction(write=False) as s:
             rows = s.execute(select(J.tier, J.status, func.count()).group_by(J.tier, J.status)).all()
             due = s.scalar(select(func.count()).select_from(JOBS).where(self._due(now))) or 0
-            oldest = s.scalar(select(func.min(J.created_at)).where(J.status.in_(PENDING)))
+            oldest_by_tier = s.execute(
+                select(J.tier, func.min(J.created_at)).where(J.status.in_(PENDING)).group_by(J.tier)
+            ).all()
+        oldest = min((at for _, at in oldest_by_tier if at is not None), default=None)
         counts = dict.fromkeys(JOB_STATUSES, 0)
         by_tier: dict[str, dict[str, int]] = {}
         for tier, status, n in rows:
             counts[status] += int(n)
             by_tier.setdefault(tier, dict.fromkeys(JOB_STATUSES, 0))[status] = int(n)
         lag = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
-        return QueueStats(counts=counts, by_tier=by_tier, due=int(due), oldest_pending_age_s=lag)
+        return QueueStats(
+            counts=counts,
+            by_tier=by_tier,
+            due=int(due),
+            oldest_pending_age_s=lag,
+            oldest_pending_by_tier={str(tier): at for tier, at in oldest_by_tier if at is not None},
+        )

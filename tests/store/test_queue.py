@@ -173,6 +173,11 @@ def test_depth_lag_and_stats(queue: EvaluationQueue, clock: FakeClock, make_answ
     stats = queue.stats()
     assert stats.depth == 2 and stats.due == 1 and stats.oldest_pending_age_s == 16.0
     assert stats.by_tier["heuristic"]["done"] == 1 and sum(stats.by_tier["llm_judge"].values()) == 1
+    assert stats.pending(["heuristic"]) == 1 and stats.pending(["heuristic", "llm_judge"]) == 2
+    assert {t: (clock.now - at).total_seconds() for t, at in stats.oldest_pending_by_tier.items()} == {
+        "heuristic": 16.0,
+        "llm_judge": 15.0,
+    }
 
 
 def test_result_and_completion_commit_together(
@@ -243,3 +248,32 @@ def test_exclusive_joins_queue_calls_into_one_transaction(
         queue.enqueue(b.answer_id, "held")
         queue.close([j.job_id for j in queue.listed("held")])
     assert queue.count("held", statuses=("done",)) == 1
+
+
+def test_settle_closes_a_queued_or_leased_job_of_one_tier(
+    queue: EvaluationQueue, make_answer: Callable[..., Answer]
+) -> None:
+    a, b = make_answer(), make_answer()
+    queue.enqueue(a.answer_id, "human")
+    assert queue.claim("w", tiers=["human"]) is not None  # a's review job, leased
+    queue.enqueue(a.answer_id, "heuristic")
+    queue.enqueue(b.answer_id, "human")
+    assert queue.settle(a.answer_id, "human") == 1
+    assert queue.settle(a.answer_id, "human") == 0  # done already
+    jobs = {(j.answer_id, j.tier): j for j in queue.for_answer(a.answer_id) + queue.for_answer(b.answer_id)}
+    done = jobs[(a.answer_id, "human")]
+    assert done.status == "done" and done.completed_at is not None and done.lease_expires_at is None
+    assert jobs[(a.answer_id, "heuristic")].status == "queued" and jobs[(b.answer_id, "human")].status == "queued"
+
+
+def test_hold_dead_returns_only_dead_jobs(queue: EvaluationQueue, make_answer: Callable[..., Answer]) -> None:
+    job = queue.enqueue(make_answer().answer_id, "heuristic")
+    assert queue.hold_dead(job.job_id) is None
+    got = queue.claim("w")
+    assert got is not None and got.lease_token is not None
+    queue.fail(got.job_id, "w", got.lease_token, "boom", retry=False)
+    with queue.db.transaction():
+        held = queue.hold_dead(job.job_id)
+        assert held is not None and held.status == "dead" and held.job_id == job.job_id
+    queue.requeue(job.job_id)
+    assert queue.hold_dead(job.job_id) is None

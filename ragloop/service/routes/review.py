@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
-from sqlalchemy import select, update
 
 from ragloop.service.deps import AdminDep, ServiceDep
 from ragloop.service.routes._common import ID_PATTERN, answer_citations, evaluation_public
 from ragloop.service.schemas import CitationPublic, EvaluationPublic, ReviewCreate, ReviewItemPublic
-from ragloop.store import Answer, EvaluationJob, utcnow
-from ragloop.store import Query as QueryRow
-from ragloop.store.vocabulary import PENDING, JobStatus, Tier
+from ragloop.store import Answer
+from ragloop.store.vocabulary import Tier
 
 router = APIRouter(tags=["review"])
 
@@ -22,17 +20,14 @@ def review_queue(
     svc: ServiceDep, _admin: AdminDep, limit: Annotated[int, Query(ge=1, le=200)] = 50
 ) -> list[ReviewItemPublic]:
     """Oldest first: the 0.1% random sample, tier-1/tier-2 disagreements and detailed user feedback."""
-    with svc.store.db.transaction(write=False) as s:
-        rows = s.execute(
-            select(EvaluationJob, Answer, QueryRow.question_text)
-            .join(Answer, Answer.answer_id == EvaluationJob.answer_id)
-            .join(QueryRow, QueryRow.query_id == Answer.query_id)
-            .where(EvaluationJob.tier == Tier.HUMAN, EvaluationJob.status == JobStatus.QUEUED)
-            .order_by(EvaluationJob.created_at, EvaluationJob.job_id)
-            .limit(limit)
-        ).all()
+    store = svc.store
+    jobs = store.queue.listed(Tier.HUMAN, limit=limit)
+    answers = store.queries.answers_with_questions([j.answer_id for j in jobs])
     items = []
-    for job, answer, question in rows:
+    for job in jobs:
+        if job.answer_id not in answers:
+            continue
+        answer, question = answers[job.answer_id]
         items.append(
             ReviewItemPublic(
                 job_id=job.job_id,
@@ -42,7 +37,7 @@ def review_queue(
                 question=question,
                 answer=answer.answer_text,
                 citations=[CitationPublic.model_validate(c) for c in answer_citations(answer)],
-                evaluations=[evaluation_public(e) for e in svc.store.evaluations.for_answer(answer.answer_id)],
+                evaluations=[evaluation_public(e) for e in store.evaluations.for_answer(answer.answer_id)],
             )
         )
     return items
@@ -77,15 +72,5 @@ def submit_review(
             },
             evaluator_model=f"human:key:{admin.key_id}",
         )
-        now = utcnow()
-        s.execute(
-            update(EvaluationJob)
-            .where(
-                EvaluationJob.answer_id == answer_id,
-                EvaluationJob.tier == Tier.HUMAN,
-                EvaluationJob.status.in_(PENDING),
-            )
-            .values(status=JobStatus.DONE, completed_at=now, updated_at=now, lease_expires_at=None)
-            .execution_options(synchronize_session=False)
-        )
+        store.queue.settle(answer_id, Tier.HUMAN)
         return evaluation_public(row)

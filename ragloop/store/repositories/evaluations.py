@@ -76,6 +76,12 @@ class Evaluations:
         with self.db.transaction(write=False) as s:
             return s.scalar(stmt.order_by(Evaluation.evaluated_at.desc(), Evaluation.eval_id.desc()).limit(1))
 
+    def exists(self, answer_id: str, tier: str) -> bool:
+        """Whether the answer has an evaluation (completed or failed) of `tier`."""
+        stmt = select(Evaluation.eval_id).where(Evaluation.answer_id == answer_id, Evaluation.evaluation_tier == tier)
+        with self.db.transaction(write=False) as s:
+            return s.scalar(stmt.limit(1)) is not None
+
     def recent(
         self,
         *,

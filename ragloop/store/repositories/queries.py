@@ -114,6 +114,16 @@ class QueryLog:
                 select(Query).join(Answer, Answer.query_id == Query.query_id).where(Answer.answer_id == answer_id)
             )
 
+    def answers_with_questions(self, answer_ids: Sequence[str]) -> dict[str, tuple[Answer, str]]:
+        """answer id -> (the answer, its question's text), for the ids that exist."""
+        with self.db.transaction(write=False) as s:
+            rows = s.execute(
+                select(Answer, Query.question_text)
+                .join(Query, Query.query_id == Answer.query_id)
+                .where(Answer.answer_id.in_(list(answer_ids)))
+            ).all()
+            return {answer.answer_id: (answer, question) for answer, question in rows}
+
     def session_answers(self, session_id: str) -> list[Answer]:
         """A conversation's answers, oldest first."""
         with self.db.transaction(write=False) as s:
