@@ -14,7 +14,7 @@ import unicodedata
 _LINE_BREAKS = re.compile(r"\r\n?|[\x0b\x0c\x85\u2028\u2029]")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f]")
 _INNER_SPACES = re.compile(r"(?<=\S) {2,}")
-_TRAILING_WS = re.compile(r"[ \t]+$", re.MULTILINE)
+_TRAILING_WS = re.compile(r"(?<![ \t])[ \t]+$", re.MULTILINE)  # lookbehind: linear on long runs
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
 

@@ -4,6 +4,14 @@ Every failure is a `LoaderError` with a one-line message a user can act on (the 
 records it against the file and carries on), so nothing here lets an `OSError`,
 `UnicodeDecodeError` or parser exception escape. Size is checked with `stat` before reading,
 so a stray multi-gigabyte file costs nothing.
+
+What a loader returns can always be stored: every string of every document (id, title, heading
+path, text, metadata) is checked last (`_storable`) for the two things UTF-8 writers and
+PostgreSQL refuse, a lone surrogate and NUL. Neither is repaired: a file holding one is refused
+with where it is, like invalid UTF-8 bytes, because replacing would silently change the text
+(bytes can only carry them as a JSON `\\ud800` escape, a YAML escape or a PDF's text map). Control
+characters in text, titles and metadata are removed by `clean_text`; in a record id they refuse
+the file, as an id is an address and must not change.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ _FORMATS = {
 _DOUBLE_SUFFIXES = {".rst.txt": "rst", ".md.txt": "markdown"}
 TEXT_KEYS = ("text", "contents", "content", "body", "passage")
 ID_KEYS = ("id", "_id", "doc_id", "document_id")
-_SNIFF_BYTES = 8192
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_ID_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _format(path: Path) -> tuple[str, str] | None:
@@ -83,7 +92,7 @@ def _read(path: Path, max_bytes: int) -> bytes:
 def _decode(data: bytes) -> str:
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise LoaderError("UTF-16 text is not supported: re-save the file as UTF-8")
-    nul = data.find(b"\x00", 0, _SNIFF_BYTES)
+    nul = data.find(b"\x00")  # anywhere: no text format has a NUL byte
     if nul >= 0:
         raise LoaderError(f"binary content (NUL byte at offset {nul}), not a text file")
     skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
@@ -120,24 +129,46 @@ def load_file(path: Path, root: Path, max_bytes: int = 50 * 1024 * 1024) -> list
             raise LoaderError(f"{path} is not under the ingest root {root}") from None
     data = _read(path, max_bytes)
     if fmt == "pdf":
-        return [_load_pdf(data, rel, _stem(path, suffix))]
+        return [_storable(_load_pdf(data, rel, _stem(path, suffix)))]
     text = _decode(data)
-    if fmt in ("jsonl", "json"):
-        return _load_records(text, rel, fmt)
-    parsers: dict[str, Callable[[str], Parsed]] = {
-        "markdown": parse_markdown,
-        "rst": parse_rst,
-        "html": parse_html,
-        "text": parse_plain,
-    }
     try:
-        parsed = parsers[fmt](text)
+        if fmt in ("jsonl", "json"):
+            return _load_records(text, rel, fmt)
+        parsed = _PARSERS[fmt](text)
     except RecursionError:
-        raise LoaderError(f"{fmt} markup nested too deeply to parse") from None
+        raise LoaderError(f"{fmt} nested too deeply to parse") from None
+    except (LoaderError, MemoryError):
+        raise
+    except Exception as exc:  # a parser's own failure on odd input: this file's reason, not the run's
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise LoaderError(f"cannot parse as {fmt}: {type(exc).__name__} {first[:200]!r}") from None
     if not parsed.blocks:
         raise LoaderError("no text after cleaning")
     title = parsed.title or _stem(path, suffix)
-    return [LoadedDocument(rel, title, tuple(parsed.blocks), parsed.metadata)]
+    meta = {clean_text(k): clean_text(v) for k, v in parsed.metadata.items()}
+    return [_storable(LoadedDocument(rel, clean_text(title), tuple(parsed.blocks), meta))]
+
+
+_PARSERS: dict[str, Callable[[str], Parsed]] = {
+    "markdown": parse_markdown,
+    "rst": parse_rst,
+    "html": parse_html,
+    "text": parse_plain,
+}
+
+
+def _storable(doc: LoadedDocument, where: str = "") -> LoadedDocument:
+    """`doc`, or a LoaderError naming the first lone surrogate or NUL in any of its strings."""
+    fields = [("id", doc.doc_id), ("title", doc.title)]
+    fields += [f for k, v in doc.metadata.items() for f in (("metadata key", k), (f"metadata {k!r}", v))]
+    for b in doc.blocks:
+        fields += [("heading", h) for h in b.heading_path] + [("text", b.text)]
+    for name, value in fields:
+        if m := _UNSTORABLE.search(value):
+            c = m.group()
+            what = "a NUL character" if c == "\x00" else f"a lone surrogate U+{ord(c):04X} (not valid Unicode)"
+            raise LoaderError(f"{where}{name} has {what} at character {m.start()}: fix or remove it")
+    return doc
 
 
 def _load_pdf(data: bytes, rel: str, stem: str) -> LoadedDocument:
@@ -184,6 +215,8 @@ def _json_lines(text: str) -> list[tuple[str, int, object]]:
                 out.append((f"line {n}", n, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise LoaderError(f"malformed JSON on line {n}: {exc.msg} (column {exc.colno})") from None
+            except RecursionError:
+                raise LoaderError(f"JSON on line {n} is nested too deeply to parse") from None
     return out
 
 
@@ -218,6 +251,8 @@ def _load_records(text: str, rel: str, fmt: str) -> list[LoadedDocument]:
             raise LoaderError(f"{where}: record has no text field (one of {', '.join(TEXT_KEYS)})")
         id_key = next((k for k in ID_KEYS if _scalar(rec.get(k)) not in (None, "")), None)
         rid = (_scalar(rec[id_key]) if id_key else None) or str(n)
+        if _ID_REFUSED.search(rid):
+            raise LoaderError(f"{where}: record id {rid!r} has a control character or a lone surrogate")
         if rid in seen:
             raise LoaderError(f"{where}: duplicate record id {rid!r}")
         seen.add(rid)
@@ -226,8 +261,8 @@ def _load_records(text: str, rel: str, fmt: str) -> list[LoadedDocument]:
             continue  # an empty record has nothing to retrieve
         title = clean_text(rec["title"]) if isinstance(rec.get("title"), str) else ""
         skip = {text_key, id_key, "title"}
-        meta = {k: s for k, v in rec.items() if k not in skip and (s := _scalar(v)) is not None}
-        docs.append(LoadedDocument(f"{rel}#{rid}", title or rid, tuple(blocks), meta))
+        meta = {clean_text(k): clean_text(s) for k, v in rec.items() if k not in skip and (s := _scalar(v)) is not None}
+        docs.append(_storable(LoadedDocument(f"{rel}#{rid}", title or rid, tuple(blocks), meta), f"{where}: "))
     if not docs:
         raise LoaderError("no text after cleaning")
     return docs

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field, replace
 
 from ragloop.ingest.cleaning import clean_text, strip_rst_inline
 from ragloop.ingest.markup import Parsed, Sink, dedent, indent_of
-from ragloop.ingest.types import Block
+from ragloop.ingest.types import Block, LoaderError
+
+MAX_RST_DEPTH = 32
 
 _ADORN = re.compile(r"^([!-/:-@\[-`{-~])\1+\s*$")
-_DIRECTIVE = re.compile(r"^\.\.\s+(?P<name>[\w:.+-]+)::(?:\s+(?P<args>.*?))?\s*$")
+_DIRECTIVE = re.compile(r"^\.\.\s+(?P<name>[\w:.+-]+)::(?:\s++(?P<args>.*\S))?\s*$")  # linear: no lazy .*? before \s*
 _EXPLICIT = re.compile(r"^\.\.(?:\s|$)")
 _FOOTNOTE = re.compile(r"^\.\.\s+\[[^\]]+\]\s+(.*)$")
 _OPTION = re.compile(r"^:[\w.-]+:(?:\s|$)")
@@ -63,6 +65,7 @@ class _Rst(Sink):
     styles: list[tuple[str, bool]] = field(default_factory=list)
     module: str | None = None
     title: str | None = None
+    depth: int = 0
 
     def text(self, text: str, extra: tuple[str, ...]) -> None:
         self.add(strip_rst_inline(text), "text", extra)
@@ -284,6 +287,19 @@ def _rst_table(st: _Rst, lines: list[str], i: int, extra: tuple[str, ...]) -> in
 
 
 def _rst_body(st: _Rst, lines: list[str], extra: tuple[str, ...], cls: str | None, top: bool) -> None:
+    """One nesting level (the document, a block quote, a list item, a directive's body). Each level
+    copies the lines it holds, so a staircase of 3,000 indents cost 25 s before Python's recursion
+    limit refused it; MAX_RST_DEPTH levels (the Python docs use fewer than 10) refuse it at once."""
+    if st.depth >= MAX_RST_DEPTH:
+        raise LoaderError(f"reStructuredText nested more than {MAX_RST_DEPTH} levels deep")
+    st.depth += 1
+    try:
+        _rst_lines(st, lines, extra, cls, top)
+    finally:
+        st.depth -= 1
+
+
+def _rst_lines(st: _Rst, lines: list[str], extra: tuple[str, ...], cls: str | None, top: bool) -> None:
     i, n = 0, len(lines)
     while i < n:
         line = lines[i]

@@ -19,7 +19,7 @@ from ragloop.config.pipeline import ChunkingConfig
 from ragloop.ingest.chunking import chunk_document
 from ragloop.ingest.loaders import is_supported, load_file
 from ragloop.ingest.registry import FileRecord
-from ragloop.ingest.types import Chunk, LoaderError
+from ragloop.ingest.types import Chunk, LoadedDocument, LoaderError
 
 ChangeKind = Literal["new", "changed", "unchanged", "deleted", "skipped"]
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", ".tox", ".mypy_cache"}
@@ -114,6 +114,19 @@ def plan_ingest(
     return plan
 
 
+def load_chunks(
+    path: Path, root: Path, rel: str, chunking: ChunkingConfig, max_bytes: int
+) -> tuple[list[LoadedDocument], list[Chunk]]:
+    """Load and chunk one file exactly as an ingest does (the upload check runs this too, so a file
+    it accepts is one the ingest keeps). Raises LoaderError: the reason the file is skipped."""
+    size, overlap = chunking.for_document(rel)
+    docs = load_file(path, root, max_bytes=max_bytes)
+    chunks = [c for d in docs for c in chunk_document(d, size, overlap, chunking.min_size)]
+    if not chunks:
+        raise LoaderError("no text to index after cleaning")
+    return docs, chunks
+
+
 def _classify(
     path: Path,
     rel: str,
@@ -149,11 +162,7 @@ def _classify(
             # touched but not changed: keep its chunks, refresh the stat so the next run skips it
             kept = replace(record, n_docs=old.n_docs, n_chunks=old.n_chunks)
             return FileChange(rel=rel, kind="unchanged", root=root, record=kept, touched=True)
-        size, overlap = chunking.for_document(rel)
-        docs = load_file(path, Path(root), max_bytes=max_bytes)
-        chunks = [c for d in docs for c in chunk_document(d, size, overlap, chunking.min_size)]
-        if not chunks:
-            raise LoaderError("no text to index after cleaning")
+        docs, chunks = load_chunks(path, Path(root), rel, chunking, max_bytes)
     except LoaderError as exc:
         return FileChange(rel=rel, kind="skipped", root=root, record=old, error=str(exc))
     except OSError as exc:

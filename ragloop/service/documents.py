@@ -1,15 +1,16 @@
 """Uploaded documents: validation, staging, background ingestion with progress, and deletion.
 
-Uploads live in `RAGLOOP_HOME/uploads/<collection>/` and that directory is ingested as one root
-(document ids are the file names). The request handler validates every file completely (name,
-type, size, and a full parse with the same loader ingest uses) before anything is kept: a
-rejected upload leaves nothing behind. Accepted files are staged in a hidden directory (ingest
-skips dot-directories) and a job moves them into place and runs the incremental ingest. If the
-ingest fails, or skips a file, the file is removed again (or the version it replaced restored),
-so the upload area never holds a file the index does not. Deleting a document drops it from the
-index as one new generation (`Collection.delete_documents`): any document, uploaded or ingested
-from the command line; an uploaded file is removed from the upload area too. Readers never see a
-half state.
+Uploads live in `RAGLOOP_HOME/uploads/<collection>/`, ingested as one root (document ids are the
+file names). An upload is all or nothing: every file is checked completely before the 202 (name,
+type, size, then `load_chunks`, the very load and chunking the ingest runs, which also refuses a
+lone surrogate, NUL, and markup too deep or too large to parse quickly); one bad file is a 422
+naming it and why, and nothing is kept, so no file is taken in without the rest. Accepted files are
+staged in a hidden directory (ingest skips dot-directories); a job moves them into place and
+ingests. A file the ingest still skips is taken out again (or the version it replaced restored) and
+listed with its reason in `result.rejected`, the others kept; a failed job keeps nothing and says
+why in one plain line (`failure_reason`). Deleting a document drops it from the index as one new
+generation (`Collection.delete_documents`), uploaded or not; an uploaded file leaves the upload area
+too. The upload area never holds a file the index does not, and readers never see a half state.
 
 Jobs are rows in the store (`document_jobs`), so `GET /v1/jobs/{id}` and the job list answer from
 any instance and survive a restart. A job runs on a dedicated thread (one at a time: ingests of one
@@ -22,7 +23,6 @@ job finish; queued ones stay queued for the next start.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import socket
 import time
@@ -35,9 +35,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragloop.config import PipelineConfig, Settings
-from ragloop.ingest.loaders import load_file
+from ragloop.ingest.scan import load_chunks
 from ragloop.ingest.types import LoaderError
-from ragloop.retrieval.collection import NAME_RE, Collection
+from ragloop.retrieval.collection import Collection
+from ragloop.service.uploads import StagedFile, UploadError, failure_reason
+from ragloop.service.uploads import check_collection_name as check_collection_name
+from ragloop.service.uploads import check_filename as check_filename
 from ragloop.store import DocumentJob, Store
 
 if TYPE_CHECKING:
@@ -45,24 +48,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ragloop.service")
 
-FILENAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.()+-]{0,150}$")
 INTERRUPTED = "interrupted by a restart; upload again"
 PROGRESS_EVERY_S = 0.5
 FINISH_RETRY_DELAYS_S = (0.2, 1.0, 3.0)
-
-
-class UploadError(ValueError):
-    """An upload the service refuses; `status` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass
-class StagedFile:
-    name: str
-    path: Path
 
 
 @dataclass(frozen=True)
@@ -108,25 +96,6 @@ def default_owner(settings: Settings) -> str:
 
 def uploads_root(settings: Settings, collection: str) -> Path:
     return settings.home / "uploads" / collection
-
-
-def check_collection_name(name: str) -> None:
-    if not NAME_RE.match(name):
-        raise UploadError(f"invalid collection name {name!r}: use letters, digits, '_', '.', '-'", 422)
-
-
-def check_filename(raw: str | None, extensions: tuple[str, ...]) -> str:
-    name = (raw or "").strip()
-    if not name:
-        raise UploadError("every uploaded file needs a file name")
-    if "/" in name or "\\" in name or name.startswith(".") or not FILENAME_RE.match(name):
-        raise UploadError(
-            f"file name {name!r} is not allowed: use a plain name of letters, digits, spaces and _ . ( ) + -"
-        )
-    lower = name.lower()
-    if not any(lower.endswith(ext) for ext in extensions):
-        raise UploadError(f"{name}: unsupported type; allowed: {', '.join(extensions)}", 415)
-    return name
 
 
 class _Progress:
@@ -188,16 +157,15 @@ class DocumentJobs:
         return uploads_root(self.settings, collection) / ".staging" / job_id
 
     def validate_staged(self, collection: str, staged: list[StagedFile]) -> None:
-        """Parse every staged file with the ingest loader and check its id is free; raises UploadError."""
+        """Load and chunk every staged file as the ingest will and check its id is free; raises
+        UploadError naming the first file refused and why."""
         root = uploads_root(self.settings, collection).resolve()
-        registered = self._registered(collection)
+        registered, chunking = self._registered(collection), self.config_for().chunking
         for f in staged:
             try:
-                docs = load_file(f.path, f.path.parent, max_bytes=self.settings.max_file_bytes)
+                load_chunks(f.path, f.path.parent, f.name, chunking, self.settings.max_file_bytes)
             except LoaderError as exc:
                 raise UploadError(f"{f.name}: {exc}") from None
-            if not docs or not any(d.text.strip() for d in docs):
-                raise UploadError(f"{f.name}: no text to index")
             rec = registered.get(f.name)
             if rec is not None and Path(rec).resolve() != root:
                 raise UploadError(
@@ -267,7 +235,7 @@ class DocumentJobs:
             if job.resumed:
                 result["resumed_after_restart"] = True
         except Exception as exc:
-            error = str(exc) or type(exc).__name__
+            error = failure_reason(exc)
             log.warning("document job %s (%s) failed: %s", job.job_id, job.kind, error[:300])
         self._finish(job, "failed" if error is not None else "succeeded", result, error, progress.state())
 

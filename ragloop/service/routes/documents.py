@@ -37,9 +37,11 @@ async def upload_documents(
     svc: ServiceDep,
     _admin: AdminDep,
 ) -> JobPublic:
-    """Every file is checked completely (name, type, size, and a parse with the ingest loader) before
-    anything is kept; a refused upload leaves nothing behind. Accepted files are ingested by a
-    background job: follow it at `GET /v1/jobs/{job_id}`."""
+    """All or nothing: every file is checked completely before the 202 (name, type, size, then the
+    ingest's own load and chunking, which refuses a lone surrogate, NUL, and markup too deep or too
+    large to parse quickly); one bad file is a 422 naming it and why, and nothing of the upload is
+    kept. Accepted files are ingested by a background job: follow it at `GET /v1/jobs/{job_id}` (a
+    file the ingest still skips is listed with its reason in `result.rejected`, the others kept)."""
     cfg = svc.config
     try:
         check_collection_name(name)
