@@ -131,6 +131,7 @@ def worker(
     from ragloop.improve.tier1 import load_model
     from ragloop.models.scoring import make_scorer
     from ragloop.service import EvaluationWorker, ServiceConfig
+    from ragloop.service.app import diagnosis_engine
 
     _logging(log_level)
     s = settings()
@@ -141,7 +142,15 @@ def worker(
     store = _store(database_url)
     judge = make_judge(cfg.judge, s) if cfg.judge and not no_judge else None
     support = make_scorer(cfg.heuristic_support, s) if cfg.heuristic_support else None
-    w = EvaluationWorker(store, cfg, judge=judge, support_scorer=support, model=load_model(s), job_delay_s=job_delay)
+    w = EvaluationWorker(
+        store,
+        cfg,
+        judge=judge,
+        support_scorer=support,
+        model=load_model(s),
+        job_delay_s=job_delay,
+        diagnosis=diagnosis_engine(store, s, cfg),
+    )
     stopper.append(w.stop)
     if stopping.is_set():
         w.stop()

@@ -37,6 +37,7 @@ from typing import Any
 
 from ragloop.config import PipelineConfig, Settings
 from ragloop.improve.diagnosis import Diagnoser
+from ragloop.improve.evaluate import Outcome as JobOutcome
 from ragloop.improve.gaps import ChatQuestions, GapLogger, GapOccurrence, PreparedGap, QuestionWriter
 from ragloop.improve.oracle import OracleRetriever, ranked_chunks
 from ragloop.improve.paraphrase import ChatParaphraser, OfflineParaphraser, Paraphraser, Vocabulary
@@ -143,7 +144,9 @@ def request_diagnosis(store: Store, answer_id: str, reasons: list[str]) -> Job:
     """Open the answer's diagnosis and queue its job (idempotent; joins the caller's transaction). A
     diagnosis job that died (e.g. skipped for want of an ideal answer) is queued again."""
     with store.db.transaction():
-        store.diagnoses.open(answer_id, reasons=reasons)
+        row = store.diagnoses.open(answer_id, reasons=reasons)
+        if row.status == "skipped":  # something new to diagnose against may have arrived (a correction)
+            store.diagnoses.reopen(answer_id, reasons[0] if reasons else "requested")
         job = store.queue.enqueue(answer_id, DIAGNOSIS_TIER, {"reasons": reasons})
         if job.status == "dead":
             job = store.queue.requeue(job.job_id)
@@ -226,9 +229,10 @@ class DiagnosisEngine:
                 report.errors.append(f"{job.answer_id}: {row.error if row else '?'}")
         return report
 
-    async def process(self, job: Job, worker_id: str) -> str:
-        """For the evaluation worker: the outcome's name (completed | skipped | retry | failed | lease_lost)."""
-        return str((await self.process_job(job, worker_id)).outcome)
+    async def process(self, job: Job, worker_id: str) -> JobOutcome:
+        """For the evaluation worker: the outcome in the evaluator's terms (a skip settled the job: completed)."""
+        done = (await self.process_job(job, worker_id)).outcome
+        return JobOutcome.COMPLETED if done is Outcome.SKIPPED else JobOutcome(str(done))
 
     async def process_job(self, job: Job, worker_id: str) -> _Done:
         try:

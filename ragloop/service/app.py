@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import Scope
 
 from ragloop.config import PipelineConfig, Settings
+from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.judge import Judge, make_judge
 from ragloop.improve.tier1 import load_model
 from ragloop.service.auth import BodySizeLimit, RateLimiter
@@ -52,6 +53,14 @@ OPENAI_PATHS = ("/v1/chat/", "/v1/models")
 DESCRIPTION = """Answers questions from a document collection with inline citations, checks its own answers,
 and evaluates every answer asynchronously (tier 1 heuristics on all, tier 2 judge on a routed share,
 tier 3 human review). Authenticate with `Authorization: Bearer <key>` (`ragloop keys create`)."""
+
+
+def diagnosis_engine(store: Store, settings: Settings, cfg: ServiceConfig) -> DiagnosisEngine | None:
+    """The worker's failure diagnosis (`RAGLOOP_DIAGNOSIS_*` knobs; the service's default collection),
+    unless `cfg.diagnose` is off."""
+    if not cfg.diagnose:
+        return None
+    return DiagnosisEngine(store, settings, DiagnosisConfig.from_env(default_collection=cfg.collection))
 
 
 def create_app(
@@ -91,7 +100,13 @@ def create_app(
 
             support = make_scorer(cfg.heuristic_support, settings)
         eval_worker = EvaluationWorker(
-            store, cfg, judge=judge, support_scorer=support, model=load_model(settings), metrics=metrics
+            store,
+            cfg,
+            judge=judge,
+            support_scorer=support,
+            model=load_model(settings),
+            metrics=metrics,
+            diagnosis=diagnosis_engine(store, settings, cfg),
         )
 
     recorder = AnswerRecorder(

@@ -72,6 +72,9 @@ class ServiceConfig:
     tier3_disagreement: float = _ROUTING.tier3_disagreement
     tier3_disagreement_share: float = _ROUTING.tier3_disagreement_share
     tier3_disagreement_daily_max: int = _ROUTING.tier3_disagreement_daily_max
+    diagnose: bool = True
+    """Workers also diagnose failed answers (the `diagnosis` tier, `ragloop.improve.engine`; its own knobs
+    are `RAGLOOP_DIAGNOSIS_*`); off leaves diagnosis to `ragloop improve run` or other workers."""
     lease_seconds: float = 60.0
     poll_interval_s: float = 0.5
     job_max_attempts: int = 5

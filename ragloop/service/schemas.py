@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from ragloop.retrieval.collection import NAME_RE
+from ragloop.service.improve_schemas import DiagnosisPublic
 from ragloop.service.inputs import check_text, display_text
 from ragloop.store.vocabulary import EvaluationTier, ReviewFailureMode
 
@@ -163,6 +164,9 @@ class EvaluationsPublic(BaseModel):
     improvement_actions: list[Any] = Field(default_factory=list)
     evaluations: list[EvaluationPublic]
     jobs: list[EvaluationJobPublic]
+    diagnosis: DiagnosisPublic | None = Field(
+        default=None, description="Why the answer failed (failure mode, evidence, proposed actions), once diagnosed."
+    )
 
 
 # --------------------------------------------------------------------------- review queue (tier 3)
@@ -255,6 +259,11 @@ class PipelinePublic(_Out):
     promoted_by: str | None = None
     previous_version: str | None = None
     quality_at_promotion: dict[str, Any] = Field(default_factory=dict)
+    parent_version: str | None = None
+    created_by: str | None = None
+    created_at: datetime | None = None
+    promoted_via: str | None = Field(default=None, description="experiment | remediation | admin | regression")
+    approvals: list[Any] = Field(default_factory=list)
 
 
 class RollbackCreate(RequestModel):

@@ -58,6 +58,8 @@ class ServiceState:
         if self.worker is not None:
             self.worker.stop()
             self.worker.join()
+            if self.worker.diagnosis is not None:
+                self.worker.diagnosis.close()
             if self.worker.evaluator.judge is not None:
                 try:
                     await self.worker.evaluator.judge.aclose()

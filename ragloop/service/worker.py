@@ -2,10 +2,11 @@
 `ragloop.improve.evaluate.OnlineEvaluator`, which evaluates, routes and records it.
 
 What is computed and written for a job (tiers, routing, failed evaluations, dead-letter records,
-the capped review intake) lives in `ragloop.improve`; this module only runs it: claiming due jobs of
-the tiers the evaluator can process, extending the lease while a job runs, sweeping dead letters and
-choosing the review intake now and then, waking on `notify()`, stopping cleanly, a thread with its
-own event loop for the server's embedded worker, and the Prometheus counts.
+the capped review intake, failure diagnosis) lives in `ragloop.improve`; this module only runs it:
+claiming due jobs of the tiers the evaluator (and, when given one, the `DiagnosisEngine`) can
+process, extending the lease while a job runs, sweeping dead letters, choosing the review intake and
+selecting answers to diagnose now and then, waking on `notify()`, stopping cleanly, a thread with
+its own event loop for the server's embedded worker, and the Prometheus counts.
 
 One worker runs in a thread inside `ragloop serve` (the embedded default); `ragloop worker`
 processes run the same loop for scale.
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ragloop.improve.engine import DIAGNOSIS_TIER, DiagnosisEngine
 from ragloop.improve.evaluate import OnlineEvaluator, Outcome
 from ragloop.improve.judge import Judge
 from ragloop.improve.tier1 import PRIOR, HeuristicModel
@@ -61,8 +63,10 @@ class EvaluationWorker:
         worker_id: str | None = None,
         job_delay_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        diagnosis: DiagnosisEngine | None = None,
     ) -> None:
         self.store = store
+        self.diagnosis = diagnosis
         self.config = config
         self.evaluator = OnlineEvaluator(
             store, config.routing, judge=judge, support_scorer=support_scorer, model=model, clock=clock
@@ -80,7 +84,7 @@ class EvaluationWorker:
 
     @property
     def tiers(self) -> list[str]:
-        return list(self.evaluator.tiers)
+        return list(self.evaluator.tiers) + [DIAGNOSIS_TIER] * (self.diagnosis is not None)
 
     # ------------------------------------------------------------------ the loop
 
@@ -104,6 +108,9 @@ class EvaluationWorker:
                 self._last_sweep = self.clock()
                 await self._guarded(self.evaluator.sweep_dead_letters)
                 await self._guarded(self.evaluator.intake.select_due)
+                if self.diagnosis is not None:
+                    await self._guarded(self.diagnosis.sweep_dead)
+                    await self._guarded(lambda: asyncio.to_thread(self.diagnosis.select) if self.diagnosis else None)
             result = await self._guarded(self.run_once)
             if isinstance(result, Processed):
                 done += 1
@@ -157,7 +164,10 @@ class EvaluationWorker:
             await asyncio.sleep(self.job_delay_s)
         beat = asyncio.create_task(self._heartbeat(job))
         try:
-            outcome = await self.evaluator.process(job, self.worker_id)
+            if self.diagnosis is not None and job.tier == DIAGNOSIS_TIER:
+                outcome = await self.diagnosis.process(job, self.worker_id)
+            else:
+                outcome = await self.evaluator.process(job, self.worker_id)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

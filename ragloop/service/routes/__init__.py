@@ -1,6 +1,18 @@
 """The API's routers, one module per entity."""
 
-from ragloop.service.routes import answers, conversations, documents, health, keys, pipeline, query, review
+from ragloop.service.routes import (
+    answers,
+    conversations,
+    documents,
+    experiments,
+    golden,
+    health,
+    improve,
+    keys,
+    pipeline,
+    query,
+    review,
+)
 
 ROUTERS = (
     health.router,
@@ -9,7 +21,10 @@ ROUTERS = (
     conversations.router,
     documents.router,
     pipeline.router,
+    experiments.router,
+    golden.router,
     review.router,
+    improve.router,
     keys.router,
 )
 

@@ -1,5 +1,5 @@
 """Answers, feedback and evaluations: `GET /v1/answers/{id}`, `POST /v1/answers/{id}/feedback`,
-`GET /v1/evaluations/{answer_id}`."""
+`GET /v1/evaluations/{answer_id}` (the tier evaluations and the failure diagnosis)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, status
 
+from ragloop.improve.engine import request_diagnosis
 from ragloop.improve.routing import route_feedback
 from ragloop.service.answering import public_session
 from ragloop.service.deps import CallerDep, ServiceDep
 from ragloop.service.routes._common import ID_PATTERN, answer_citations, evaluation_public, owned_answer
+from ragloop.service.routes.improve import diagnosis_public
 from ragloop.service.schemas import (
     AnswerPublic,
     CitationPublic,
@@ -62,8 +64,9 @@ async def get_answer(answer_id: AnswerId, svc: ServiceDep, caller: CallerDep) ->
 async def post_feedback(
     answer_id: AnswerId, body: FeedbackCreate, svc: ServiceDep, caller: CallerDep
 ) -> FeedbackPublic:
-    """Negative feedback sends the answer to the tier-2 judge; a correction or highlighted passages also
-    send it to human review (tier 3). The feedback and its jobs are written in one transaction."""
+    """Negative feedback sends the answer to the tier-2 judge and to failure diagnosis; a correction
+    (the ideal answer the diagnosis reads) does too, and it or highlighted passages also send the answer
+    to human review (tier 3). The feedback and its jobs are written in one transaction."""
     await owned_answer(svc, caller, answer_id)
     detailed = bool(body.corrected_answer or body.highlighted_passages)
     passages = [p.model_dump() for p in body.highlighted_passages]
@@ -92,6 +95,10 @@ async def post_feedback(
                 detailed=detailed,
                 feedback_id=row.feedback_id,
             )
+            reasons = ["negative_feedback"] * (body.rating == "negative") + ["correction"] * bool(body.corrected_answer)
+            if reasons:
+                request_diagnosis(store, answer_id, reasons)
+                queued = True
             return row.feedback_id, queued, row.weight
 
     feedback_id, queued, weight = await asyncio.to_thread(write)
@@ -117,16 +124,28 @@ async def get_evaluations(answer_id: AnswerId, svc: ServiceDep, caller: CallerDe
         done = [r for r in rows if r.status == "completed"]
         best = max(done, key=lambda r: (EVALUATION_TIERS.index(r.evaluation_tier), r.evaluated_at), default=None)
         tier1 = next((r for r in reversed(done) if r.evaluation_tier == Tier.HEURISTIC), None)
+        row = svc.store.diagnoses.get(answer_id)
+        diagnosis = diagnosis_public(svc.store, row) if row is not None else None
+        # a reviewer's label outranks the classifier; the classifier outranks machine tiers, which name no mode
+        labelled = best is not None and best.evaluation_tier == Tier.HUMAN and best.failure_mode is not None
+        mode: str | None
+        if diagnosis is not None and diagnosis.failure_mode is not None and not labelled:
+            mode, evidence, actions = diagnosis.failure_mode, diagnosis.failure_evidence, diagnosis.improvement_actions
+        else:
+            mode = best.failure_mode if best else None
+            evidence = best.failure_evidence if best else {}
+            actions = best.improvement_actions if best else []
         return EvaluationsPublic(
             answer_id=answer_id,
             evaluation_tier=best.evaluation_tier if best else None,
             scores=best.scores if best else {},
             heuristic_score=tier1.heuristic_score if tier1 else None,
-            failure_mode=best.failure_mode if best else None,
-            failure_evidence=best.failure_evidence if best else {},
-            improvement_actions=best.improvement_actions if best else [],
+            failure_mode=mode,
+            failure_evidence=evidence,
+            improvement_actions=list(actions),
             evaluations=rows,
             jobs=jobs,
+            diagnosis=diagnosis,
         )
 
     return await asyncio.to_thread(load)
