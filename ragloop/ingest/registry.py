@@ -4,10 +4,16 @@ It is the record of what the *committed* index contains. The index generation a 
 serves is stored here too, and both change in one transaction, so a crash either leaves the old
 files + old generation or the new files + new generation: never a mix.
 SQLite by default; any SQLAlchemy URL works (PostgreSQL for a shared registry).
+
+Two kinds of remediation state live here too, because they belong to the index: per-document
+chunking overrides (a re-chunked document keeps its size/overlap through later ingests, without
+changing the collection's index fingerprint) and the semantic query-expansion entries (a failed
+query's embedding with the chunks to pre-load), versioned so readers refresh only on a change.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import time
 from collections.abc import Iterable, Iterator
@@ -20,6 +26,7 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -31,6 +38,8 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Engine
+
+from ragloop.config.pipeline import ChunkingConfig, ChunkOverride
 
 metadata = MetaData()
 
@@ -63,6 +72,53 @@ expansions_table = Table(
     Column("source", String, nullable=False),
     Column("created_at", Float, nullable=False),
 )
+
+document_overrides_table = Table(
+    "document_overrides",
+    metadata,
+    Column("rel", String, primary_key=True),
+    Column("size", Integer, nullable=False),
+    Column("overlap", Integer, nullable=False),
+    Column("source", String, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+semantic_expansions_table = Table(
+    "semantic_expansions",
+    metadata,
+    Column("entry_id", String, primary_key=True),
+    Column("query", Text, nullable=False),
+    Column("embedder", String, nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+    Column("chunk_ids", Text, nullable=False),
+    Column("source", String, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+SEMANTIC_VERSION_KEY = "semantic_expansions_version"
+
+
+@dataclass(frozen=True)
+class DocumentOverride:
+    """Chunking of one source file (path as registered), set by a re-chunk remediation."""
+
+    rel: str
+    size: int
+    overlap: int
+    source: str = "manual"
+
+
+@dataclass(frozen=True)
+class SemanticExpansion:
+    """A query's embedding (float32 bytes, by `embedder`) and the chunk ids to pre-load for it."""
+
+    entry_id: str
+    query: str
+    embedder: str
+    vector: bytes
+    chunk_ids: tuple[str, ...]
+    source: str
+    created_at: float
 
 
 @dataclass(frozen=True)
@@ -137,6 +193,74 @@ class Registry:
                 )
             )
 
+    # per-document chunking overrides ------------------------------------------------------
+    def document_overrides(self) -> dict[str, DocumentOverride]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(document_overrides_table)).mappings().all()
+        return {
+            r["rel"]: DocumentOverride(rel=r["rel"], size=r["size"], overlap=r["overlap"], source=r["source"])
+            for r in rows
+        }
+
+    def chunking_for(
+        self, base: ChunkingConfig, overrides: dict[str, DocumentOverride] | None = None
+    ) -> ChunkingConfig:
+        """`base` with this collection's per-document overrides (or `overrides`) appended, so they win."""
+        found = self.document_overrides() if overrides is None else overrides
+        extra = tuple(
+            ChunkOverride(glob=glob.escape(o.rel), size=o.size, overlap=o.overlap)
+            for o in sorted(found.values(), key=lambda o: o.rel)
+        )
+        return base.model_copy(update={"overrides": base.overrides + extra}) if extra else base
+
+    # semantic query-expansion entries --------------------------------------------------------
+    def semantic_expansions(self) -> list[SemanticExpansion]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(semantic_expansions_table).order_by("entry_id")).mappings().all()
+        return [
+            SemanticExpansion(
+                entry_id=r["entry_id"],
+                query=r["query"],
+                embedder=r["embedder"],
+                vector=bytes(r["vector"]),
+                chunk_ids=tuple(json.loads(r["chunk_ids"])),
+                source=r["source"],
+                created_at=r["created_at"],
+            )
+            for r in rows
+        ]
+
+    def semantic_version(self) -> int:
+        return int(self.get_state(SEMANTIC_VERSION_KEY, "0") or 0)
+
+    def put_semantic_expansion(self, entry: SemanticExpansion) -> int:
+        """Insert or replace one entry and bump the version in one transaction; the new version."""
+        with self.transaction() as txn:
+            txn.conn.execute(
+                delete(semantic_expansions_table).where(semantic_expansions_table.c.entry_id == entry.entry_id)
+            )
+            txn.conn.execute(
+                insert(semantic_expansions_table).values(
+                    entry_id=entry.entry_id,
+                    query=entry.query,
+                    embedder=entry.embedder,
+                    vector=entry.vector,
+                    chunk_ids=json.dumps(list(entry.chunk_ids)),
+                    source=entry.source,
+                    created_at=entry.created_at,
+                )
+            )
+            return txn.bump_semantic_version()
+
+    def delete_semantic_expansion(self, entry_id: str) -> bool:
+        with self.transaction() as txn:
+            gone = txn.conn.execute(
+                delete(semantic_expansions_table).where(semantic_expansions_table.c.entry_id == entry_id)
+            ).rowcount
+            if gone:
+                txn.bump_semantic_version()
+            return bool(gone)
+
 
 class RegistryTxn:
     def __init__(self, conn: Connection) -> None:
@@ -152,6 +276,27 @@ class RegistryTxn:
     def set_state(self, key: str, value: str) -> None:
         self.conn.execute(delete(state_table).where(state_table.c.key == key))
         self.conn.execute(insert(state_table).values(key=key, value=value))
+
+    def set_document_override(self, override: DocumentOverride) -> None:
+        self.clear_document_override(override.rel)
+        self.conn.execute(
+            insert(document_overrides_table).values(
+                rel=override.rel,
+                size=override.size,
+                overlap=override.overlap,
+                source=override.source,
+                created_at=time.time(),
+            )
+        )
+
+    def clear_document_override(self, rel: str) -> None:
+        self.conn.execute(delete(document_overrides_table).where(document_overrides_table.c.rel == rel))
+
+    def bump_semantic_version(self) -> int:
+        raw = self.conn.execute(select(state_table.c.value).where(state_table.c.key == SEMANTIC_VERSION_KEY)).scalar()
+        version = int(raw or 0) + 1
+        self.set_state(SEMANTIC_VERSION_KEY, str(version))
+        return version
 
 
 def normalize_query(query: str) -> str:

@@ -12,7 +12,7 @@ import fcntl
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +121,10 @@ class Collection:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def exclusive(self) -> AbstractContextManager[None]:
+        """The collection's writer lock (ingest, delete, re-chunk): one writer at a time."""
+        return self._lock()
+
     def load(self) -> IndexGeneration:
         """The committed index; reloaded only when another ingest has moved the pointer."""
         gen = self.generation()
@@ -148,7 +152,9 @@ class Collection:
                 if progress:
                     progress("scan", scanned, 0)
 
-            plan = plan_ingest(paths, known, config.chunking, fingerprint, self.settings.max_file_bytes, on_file)
+            # a re-chunked document keeps its own size/overlap (registry overrides win over the config's)
+            chunking = registry.chunking_for(config.chunking)
+            plan = plan_ingest(paths, known, chunking, fingerprint, self.settings.max_file_bytes, on_file)
             if full_rebuild:  # files ingested earlier but not named now keep their place
                 plan = self._carry_unnamed(plan, registry.files())
             summary = self._summarise(plan)

@@ -14,6 +14,7 @@ from ragloop.config.pipeline import RetrievalConfig
 from ragloop.models import CachedEmbedder, make_embedder
 from ragloop.models.embedding import Embedder
 from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.expansion import ExpansionLookup
 from ragloop.retrieval.fusion import normalize, rrf, weighted
 from ragloop.retrieval.mmr import mmr
 from ragloop.retrieval.rerank import Reranker, make_reranker
@@ -41,12 +42,16 @@ class Retriever:
         config: RetrievalConfig | None = None,
         *,
         embedder: Embedder | None = None,
+        expansion: ExpansionLookup | None = None,
     ) -> None:
         """`embedder` lets several retrievers over one collection share a loaded embedder (and
         whatever it memoises, e.g. query vectors in an evaluation sweep); it must be the
-        model the index was built with. By default the index manifest's embedder is loaded."""
+        model the index was built with. By default the index manifest's embedder is loaded.
+        `expansion`: a semantic query-expansion lookup consulted after the registry's exact pins
+        (when `use_expansion_cache` is on)."""
         self.collection = collection
         self.config = config or RetrievalConfig()
+        self.expansion = expansion
         self._embedder: Embedder | None = embedder
         self._reranker: Reranker | None = None
         self._last_query: tuple[str, np.ndarray] | None = None
@@ -186,7 +191,10 @@ class Retriever:
 
     def _pinned(self, gen: IndexGeneration, query: str) -> list[_Candidate]:
         out: list[_Candidate] = []
-        for cid in self.collection.registry.pinned(query):
+        ids = list(self.collection.registry.pinned(query))
+        if self.expansion is not None:
+            ids += self.expansion.lookup(query, self._query_vector(query))
+        for cid in dict.fromkeys(ids):
             pos = gen.position.get(cid)
             if pos is not None:
                 out.append(_Candidate(pos, 1.0, {"pinned": 1.0}, {"pinned": len(out) + 1}))

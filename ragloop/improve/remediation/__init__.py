@@ -1,0 +1,91 @@
+"""Remediations: typed actions with evidence, expected delta, apply and revert, by `ActionKind`.
+
+`REMEDIATIONS` is the registry table (kind -> class), so a new kind is one row, never a branch.
+Prompt candidates and tier-1 recalibration have no remediation yet: `make_remediation` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ragloop.improve.remediation.base import (
+    ActionSpec,
+    AppliedChange,
+    AuditNote,
+    Effect,
+    GroupMeasurement,
+    QueryGroup,
+    Remediation,
+    RemediationContext,
+    RemediationError,
+    RemediationSettings,
+)
+from ragloop.improve.remediation.expansion import ExpansionCacheAction, ExpansionPayload
+from ragloop.improve.remediation.expansion_cache import (
+    ExpansionBackend,
+    ExpansionCache,
+    ExpansionEntry,
+    RedisExpansionBackend,
+    RegistryExpansionBackend,
+    make_expansion_backend,
+)
+from ragloop.improve.remediation.gap import KnowledgeGapAction
+from ragloop.improve.remediation.proposals import ActionProposal, priority, proposals_for
+from ragloop.improve.remediation.ranking import RankingBufferAction
+from ragloop.improve.remediation.rechunk import RechunkAction
+from ragloop.improve.remediation.thresholds import ThresholdRecalibrationAction
+from ragloop.improve.types import ActionKind
+
+REMEDIATIONS: Mapping[ActionKind, type[Remediation]] = {
+    cls.kind: cls
+    for cls in (
+        ExpansionCacheAction,
+        RechunkAction,
+        KnowledgeGapAction,
+        RankingBufferAction,
+        ThresholdRecalibrationAction,
+    )
+}
+
+
+class UnsupportedAction(RemediationError):
+    """An action kind no remediation implements yet."""
+
+
+def make_remediation(spec: ActionSpec) -> Remediation:
+    cls = REMEDIATIONS.get(spec.kind)
+    if cls is None:
+        raise UnsupportedAction(f"no remediation implements {spec.kind.value!r} yet")
+    return cls(spec)
+
+
+__all__ = [
+    "REMEDIATIONS",
+    "ActionProposal",
+    "ActionSpec",
+    "AppliedChange",
+    "AuditNote",
+    "Effect",
+    "ExpansionBackend",
+    "ExpansionCache",
+    "ExpansionCacheAction",
+    "ExpansionEntry",
+    "ExpansionPayload",
+    "GroupMeasurement",
+    "KnowledgeGapAction",
+    "QueryGroup",
+    "RankingBufferAction",
+    "RechunkAction",
+    "RedisExpansionBackend",
+    "RegistryExpansionBackend",
+    "Remediation",
+    "RemediationContext",
+    "RemediationError",
+    "RemediationSettings",
+    "ThresholdRecalibrationAction",
+    "UnsupportedAction",
+    "make_expansion_backend",
+    "make_remediation",
+    "priority",
+    "proposals_for",
+]

@@ -1,0 +1,237 @@
+"""Ranking buffer (ranking failures): (query, oracle chunk, actual rank, score) tuples, and at the
+buffer size a refit of the fusion weight (and the rerank weight when reranking is on) that becomes
+a *candidate* pipeline version, never the serving one.
+
+The buffer is the audit log: every applied ranking action's entry carries its tuples, and a
+`ranking_refit` entry marks the buffer of its collection consumed. The refit is a grid search
+maximising the oracle chunks' mean reciprocal rank (to `ranking_depth`) per distinct query. Its
+improvement is judged out of sample: queries are split in two folds, the weight is chosen on one
+and the per-query gain over the serving config measured on the other (and vice versa), and a
+candidate is registered only when the bootstrap interval of that held-out gain is above zero.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragloop.config.pipeline import RetrievalConfig
+from ragloop.evaluation.stats import bootstrap_ci
+from ragloop.improve.remediation.base import AppliedChange, AuditNote, Effect, Remediation, RemediationContext
+from ragloop.improve.types import ActionKind
+from ragloop.retrieval.retriever import Retriever
+from ragloop.store import Store
+
+REFIT_ACTION = "ranking_refit"
+DENSE_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
+RERANK_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5)
+
+
+class RankingTuple(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    query: str
+    chunk_id: str
+    rank: int | None = None
+    """Its rank in the served retrieval (None: below the depth read)."""
+    score: float = 0.0
+    """The oracle's score of the chunk against the ideal answer."""
+
+
+class RankingPayload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    collection: str
+    tuples: tuple[RankingTuple, ...] = Field(min_length=1)
+
+
+def audit_action_type(kind: ActionKind) -> str:
+    """The audit log's action_type of an applied remediation."""
+    return f"remediation:{kind.value}"
+
+
+def buffered(store: Store, collection: str, limit: int = 5000) -> list[RankingTuple]:
+    """The tuples applied for `collection` since its last refit, oldest first."""
+    refits = [
+        e for e in store.audit.timeline(action_type=REFIT_ACTION, limit=limit) if e.evidence.get("domain") == collection
+    ]
+    since = refits[0].created_at if refits else None
+    entries = store.audit.timeline(action_type=audit_action_type(ActionKind.RANKING_BUFFER), since=since, limit=limit)
+    out: list[RankingTuple] = []
+    for e in reversed(entries):
+        if e.evidence.get("domain") != collection or (since is not None and e.created_at <= since):
+            continue
+        payload = e.evidence.get("payload") or {}
+        out += [RankingTuple.model_validate(t) for t in payload.get("tuples", ())]
+    return out
+
+
+@dataclass(frozen=True)
+class FusionFit:
+    dense_weight: float
+    rerank_weight: float | None
+    baseline_mrr: float
+    fitted_mrr: float
+    held_out_gain: float
+    lo: float
+    hi: float
+    queries: int
+    grid: list[dict[str, float]]
+
+    @property
+    def improves(self) -> bool:
+        return self.queries > 1 and self.lo > 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dense_weight": self.dense_weight,
+            "rerank_weight": self.rerank_weight,
+            "baseline_mrr": round(self.baseline_mrr, 6),
+            "fitted_mrr": round(self.fitted_mrr, 6),
+            "held_out_gain": {"value": round(self.held_out_gain, 6), "lo": round(self.lo, 6), "hi": round(self.hi, 6)},
+            "queries": self.queries,
+            "grid": self.grid,
+        }
+
+
+def variants(base: RetrievalConfig) -> list[tuple[float, float | None, RetrievalConfig]]:
+    """The grid: weighted fusion at each dense weight (x each rerank weight when reranking is on)."""
+    out = []
+    rerank = RERANK_WEIGHTS if base.rerank.enabled else (None,)
+    for w in DENSE_WEIGHTS:
+        for rw in rerank:
+            cfg = base.model_copy(
+                update={
+                    "fusion": base.fusion.model_copy(update={"method": "weighted", "dense_weight": w}),
+                    "use_expansion_cache": False,
+                    **({"rerank": base.rerank.model_copy(update={"weight": rw})} if rw is not None else {}),
+                }
+            )
+            out.append((w, rw, cfg))
+    return out
+
+
+RankOf = Callable[[RetrievalConfig, str, Sequence[str]], list[float]]
+
+
+def fit_fusion(
+    tuples: Sequence[RankingTuple], base: RetrievalConfig, rr_of: RankOf, *, resamples: int = 1000, seed: int = 20240601
+) -> FusionFit:
+    """`rr_of(config, query, chunk_ids)`: the reciprocal rank of each chunk under `config`."""
+    by_query: dict[str, list[str]] = defaultdict(list)
+    for t in tuples:
+        if t.chunk_id not in by_query[t.query]:
+            by_query[t.query].append(t.chunk_id)
+    queries = sorted(by_query)
+    grid = variants(base)
+    serving = base.model_copy(update={"use_expansion_cache": False})
+    configs = [serving] + [cfg for _, _, cfg in grid]
+    rr = np.array([[float(np.mean(rr_of(cfg, q, by_query[q]))) for q in queries] for cfg in configs])
+    base_rr, grid_rr = rr[0], rr[1:]
+    fold = np.arange(len(queries)) % 2
+    held_out = np.zeros(len(queries))
+    for f in (0, 1):
+        train, test = fold != f, fold == f
+        if not test.any():
+            continue
+        best = int(np.argmax(grid_rr[:, train].mean(axis=1))) if train.any() else 0
+        held_out[test] = grid_rr[best, test] - base_rr[test]
+    est = bootstrap_ci(held_out.tolist(), resamples=resamples, seed=seed)
+    best_all = int(np.argmax(grid_rr.mean(axis=1)))
+    w, rw, _ = grid[best_all]
+    table = [
+        {
+            "dense_weight": gw,
+            **({"rerank_weight": grw} if grw is not None else {}),
+            "mrr": round(float(grid_rr[i].mean()), 6),
+        }
+        for i, (gw, grw, _) in enumerate(grid)
+    ]
+    return FusionFit(
+        dense_weight=w,
+        rerank_weight=rw,
+        baseline_mrr=float(base_rr.mean()),
+        fitted_mrr=float(grid_rr[best_all].mean()),
+        held_out_gain=est.value,
+        lo=est.lo,
+        hi=est.hi,
+        queries=len(queries),
+        grid=table,
+    )
+
+
+def retriever_rr(ctx: RemediationContext, collection: str, depth: int) -> RankOf:
+    coll = ctx.collections(collection)
+    shared = Retriever(coll, ctx.config.retrieval).embedder
+    cache: dict[tuple[str, str], Retriever] = {}
+
+    def rr_of(cfg: RetrievalConfig, query: str, chunk_ids: Sequence[str]) -> list[float]:
+        key = (cfg.model_dump_json(), collection)
+        if key not in cache:
+            cache[key] = Retriever(coll, cfg, embedder=shared)
+        ranks = {h.chunk_id: h.rank for h in cache[key].retrieve(query, depth)}
+        return [1.0 / ranks[c] if c in ranks else 0.0 for c in chunk_ids]
+
+    return rr_of
+
+
+class RankingBufferAction(Remediation[RankingPayload]):
+    kind: ClassVar[ActionKind] = ActionKind.RANKING_BUFFER
+    effect: ClassVar[Effect] = Effect.CANDIDATE
+    cost: ClassVar[float] = 0.5
+    payload_type: ClassVar[type[BaseModel]] = RankingPayload
+
+    def apply(self, ctx: RemediationContext) -> AppliedChange:
+        p = self.payload
+        buffer = buffered(ctx.store, p.collection) + list(p.tuples)
+        size = ctx.settings.ranking_buffer_size
+        if len(buffer) < size:
+            return AppliedChange(
+                kind=self.kind, effect=Effect.RECORD, summary=f"buffered {len(p.tuples)}: {len(buffer)}/{size}"
+            )
+        fit = fit_fusion(
+            buffer,
+            ctx.config.retrieval,
+            retriever_rr(ctx, p.collection, ctx.settings.ranking_depth),
+            resamples=ctx.settings.resamples,
+            seed=ctx.settings.seed,
+        )
+        candidate = None
+        if fit.improves:
+            fusion: dict[str, object] = {"method": "weighted", "dense_weight": fit.dense_weight}
+            over: dict[str, object] = {"fusion": fusion}
+            if fit.rerank_weight is not None:
+                over["rerank"] = {"weight": fit.rerank_weight}
+            cfg = ctx.config.with_overrides(retrieval=over)
+            cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+fusion-refit-{p.collection}"})
+            row = ctx.store.pipelines.register_config(
+                cfg, description=f"fusion refit on {fit.queries} ranking failures of {p.collection} (candidate)"
+            )
+            candidate = row.version_id
+        note = AuditNote(
+            action_type=REFIT_ACTION,
+            evidence={
+                "domain": p.collection,
+                "tuples": len(buffer),
+                "fit": fit.to_json(),
+                "candidate_version": candidate,
+            },
+            pipeline_version_before=ctx.config.version_id,
+            pipeline_version_after=candidate,
+        )
+        verdict = f"candidate {candidate}" if candidate else "no candidate (held-out gain interval includes 0)"
+        return AppliedChange(
+            kind=self.kind,
+            effect=Effect.CANDIDATE if candidate else Effect.RECORD,
+            summary=f"refit on {len(buffer)} tuples ({fit.queries} queries): {verdict}",
+            candidate_version=candidate,
+            notes=(note,),
+        )
+
+    def revert(self, ctx: RemediationContext, change: AppliedChange) -> None:
+        return None  # a candidate is never serving; the experiments' path retires it

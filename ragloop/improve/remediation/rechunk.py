@@ -1,0 +1,94 @@
+"""Per-document re-chunk (chunking failures): the document whose supporting passage straddles a
+chunk boundary is re-chunked alone, with a larger size and overlap (x `rechunk_growth`, overlap
+`rechunk_overlap_share` of the size: the seed's 512 -> 800/200), recorded as its registry
+override and indexed as a new generation (`ragloop.retrieval.rechunk`). Revert re-chunks it with
+the previous override, reusing the previous vectors: the same chunks, ids and vectors as before."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragloop.improve.remediation.base import AppliedChange, Effect, QueryGroup, Remediation, RemediationContext
+from ragloop.improve.remediation.measure import group_for, questions_of
+from ragloop.improve.types import ActionKind
+from ragloop.ingest.registry import DocumentOverride
+from ragloop.retrieval.rechunk import rechunk_document, source_of
+
+
+class RechunkPayload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    collection: str
+    doc_id: str
+    sentence: str = ""
+    """The supporting sentence that straddled the boundary: what a hit must hold whole."""
+    questions: tuple[str, ...] = ()
+    size: int | None = Field(default=None, ge=50)
+    overlap: int | None = Field(default=None, ge=0)
+
+
+def rechunk_component(collection: str, doc_id: str) -> str:
+    return f"doc:{collection}/{doc_id}"
+
+
+class RechunkAction(Remediation[RechunkPayload]):
+    kind: ClassVar[ActionKind] = ActionKind.RECHUNK_DOCUMENT
+    effect: ClassVar[Effect] = Effect.DIRECT
+    cost: ClassVar[float] = 5.0
+    payload_type: ClassVar[type[BaseModel]] = RechunkPayload
+
+    def group(self, ctx: RemediationContext) -> QueryGroup:
+        p = self.payload
+        questions = questions_of(ctx, self.spec.answer_ids, p.questions)
+        return group_for(ctx, p.collection, questions, passages=(p.sentence,))
+
+    def target(self, ctx: RemediationContext, rel: str) -> DocumentOverride:
+        p = self.payload
+        coll = ctx.collections(p.collection)
+        size, overlap = coll.registry.chunking_for(ctx.config.chunking).for_document(rel)
+        new_size = p.size or max(size + 1, round(size * ctx.settings.rechunk_growth))
+        new_overlap = (
+            p.overlap if p.overlap is not None else max(overlap, round(new_size * ctx.settings.rechunk_overlap_share))
+        )
+        return DocumentOverride(
+            rel=rel, size=new_size, overlap=min(new_overlap, new_size - 1), source=f"action:{self.spec.action_id}"
+        )
+
+    def apply(self, ctx: RemediationContext) -> AppliedChange:
+        coll = ctx.collections(self.payload.collection)
+        rel = source_of(coll, self.payload.doc_id)
+        override = self.target(ctx, rel)
+        r = rechunk_document(coll, rel, override, ctx.config)
+        before = r.override_before
+        return AppliedChange(
+            kind=self.kind,
+            effect=self.effect,
+            summary=(
+                f"re-chunked {rel} at size {override.size}/overlap {override.overlap}: "
+                f"{len(r.chunk_ids_before)} -> {len(r.chunk_ids_after)} chunks, generation "
+                f"{r.generation_before} -> {r.generation_after}"
+            ),
+            revert={
+                "rel": rel,
+                "override_before": None
+                if before is None
+                else {"size": before.size, "overlap": before.overlap, "source": before.source},
+                "generation_before": r.generation_before,
+                "generation_after": r.generation_after,
+                "chunk_ids_before": list(r.chunk_ids_before),
+                "chunk_ids_after": list(r.chunk_ids_after),
+            },
+        )
+
+    def revert(self, ctx: RemediationContext, change: AppliedChange) -> None:
+        coll = ctx.collections(self.payload.collection)
+        rel = str(change.revert["rel"])
+        prev = change.revert.get("override_before")
+        override = (
+            None
+            if prev is None
+            else DocumentOverride(rel=rel, size=prev["size"], overlap=prev["overlap"], source=prev["source"])
+        )
+        rechunk_document(coll, rel, override, ctx.config)

@@ -1,0 +1,166 @@
+"""Threshold recalibration (refusal errors): refit one collection's gate τL from its own labelled
+traffic, as a candidate pipeline version.
+
+A sample is the gate's top grade score for an answer and whether the question was answerable
+(from labels: a user's rating or correction, a reviewer, the judge). The gate refuses below τL, so
+τL trades false refusals (answerable, refused) against false answers (unanswerable, answered). The
+fit maximises accuracy subject to the false-refusal rate's Wilson upper bound <= `max_false_refusal`
+(5%), and a candidate is registered only when the paired bootstrap interval of the accuracy gain
+over the serving τL is above zero. τU only separates CORRECT from AMBIGUOUS and moves with τL only
+where τL would pass it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragloop.evaluation.stats import paired_bootstrap
+from ragloop.improve.remediation.base import AppliedChange, AuditNote, Effect, Remediation, RemediationContext
+from ragloop.improve.types import ActionKind
+
+GRID = tuple(round(0.01 * i, 2) for i in range(101))
+
+
+class GateSample(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    score: float = Field(ge=0.0, le=1.0)
+    answerable: bool
+    label_source: str = ""
+
+
+def wilson_upper(k: int, n: int, z: float = 1.959963984540054) -> float:
+    if n == 0:
+        return 1.0
+    p = k / n
+    centre = p + z * z / (2 * n)
+    radius = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return min(1.0, (centre + radius) / (1 + z * z / n))
+
+
+@dataclass(frozen=True)
+class TauFit:
+    current: float
+    fitted: float
+    accuracy_before: float
+    accuracy_after: float
+    gain: float
+    lo: float
+    hi: float
+    false_refusal_after: float
+    false_refusal_upper: float
+    n: int
+
+    @property
+    def improves(self) -> bool:
+        return self.n > 1 and self.lo > 0.0 and self.fitted != self.current
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def _outcomes(scores: np.ndarray, answerable: np.ndarray, tau: float) -> tuple[np.ndarray, int]:
+    refused = scores < tau
+    correct = (refused != answerable).astype(np.float64)
+    return correct, int((refused & answerable).sum())
+
+
+def fit_tau_lower(
+    samples: Sequence[GateSample],
+    current: float,
+    *,
+    max_false_refusal: float = 0.05,
+    resamples: int = 1000,
+    seed: int = 20240601,
+) -> TauFit:
+    scores = np.array([s.score for s in samples], dtype=np.float64)
+    answerable = np.array([s.answerable for s in samples], dtype=bool)
+    n_ans = int(answerable.sum())
+    base_correct, _ = _outcomes(scores, answerable, current)
+    best: tuple[float, float, float] | None = None  # (accuracy, -distance from current, tau)
+    for tau in GRID:
+        correct, fr = _outcomes(scores, answerable, tau)
+        if wilson_upper(fr, n_ans) > max_false_refusal:
+            continue
+        key = (float(correct.mean()) if len(correct) else 0.0, -abs(tau - current), tau)
+        best = key if best is None or key > best else best
+    fitted = current if best is None else best[2]
+    correct, fr = _outcomes(scores, answerable, fitted)
+    gain, lo, hi = (
+        paired_bootstrap(base_correct.tolist(), correct.tolist(), resamples=resamples, seed=seed)
+        if len(scores)
+        else (0.0, 0.0, 0.0)
+    )
+    return TauFit(
+        current=current,
+        fitted=fitted,
+        accuracy_before=float(base_correct.mean()) if len(scores) else 0.0,
+        accuracy_after=float(correct.mean()) if len(scores) else 0.0,
+        gain=gain,
+        lo=lo,
+        hi=hi,
+        false_refusal_after=fr / n_ans if n_ans else 0.0,
+        false_refusal_upper=wilson_upper(fr, n_ans),
+        n=len(samples),
+    )
+
+
+class ThresholdPayload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    collection: str
+    samples: tuple[GateSample, ...] = Field(min_length=2)
+    max_false_refusal: float = Field(default=0.05, gt=0.0, lt=1.0)
+
+
+class ThresholdRecalibrationAction(Remediation[ThresholdPayload]):
+    kind: ClassVar[ActionKind] = ActionKind.THRESHOLD_RECALIBRATION
+    effect: ClassVar[Effect] = Effect.CANDIDATE
+    cost: ClassVar[float] = 2.0
+    payload_type: ClassVar[type[BaseModel]] = ThresholdPayload
+
+    def apply(self, ctx: RemediationContext) -> AppliedChange:
+        p = self.payload
+        agent = ctx.config.agent
+        fit = fit_tau_lower(
+            p.samples,
+            agent.tau_lower,
+            max_false_refusal=p.max_false_refusal,
+            resamples=ctx.settings.resamples,
+            seed=ctx.settings.seed,
+        )
+        candidate = None
+        if fit.improves:
+            cfg = ctx.config.with_overrides(
+                agent={"tau_lower": fit.fitted, "tau_upper": max(agent.tau_upper, fit.fitted)}
+            )
+            cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+tau-{p.collection}"})
+            sources = sorted({s.label_source for s in p.samples if s.label_source})
+            labels = ", ".join(sources) or "labels"
+            row = ctx.store.pipelines.register_config(
+                cfg, description=f"tau_lower refit for {p.collection} on {fit.n} labelled answers ({labels})"
+            )
+            candidate = row.version_id
+        note = AuditNote(
+            action_type="threshold_refit",
+            evidence={"domain": p.collection, "fit": fit.to_json(), "candidate_version": candidate},
+            pipeline_version_before=ctx.config.version_id,
+            pipeline_version_after=candidate,
+        )
+        verdict = f"candidate {candidate}" if candidate else "no candidate (accuracy gain interval includes 0)"
+        return AppliedChange(
+            kind=self.kind,
+            effect=Effect.CANDIDATE if candidate else Effect.RECORD,
+            summary=f"tau_lower {fit.current} -> {fit.fitted} on {fit.n} answers: {verdict}",
+            candidate_version=candidate,
+            notes=(note,),
+        )
+
+    def revert(self, ctx: RemediationContext, change: AppliedChange) -> None:
+        return None

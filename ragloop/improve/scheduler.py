@@ -1,0 +1,284 @@
+"""The remediation scheduler: which proposed actions to apply now, and applying each exactly once.
+
+Rules, in the order they are checked for each due action (proposed, or scheduled by a scheduler
+whose lease ran out):
+1. Order: user-reported first, then priority = impact (answers in the action's group) x
+   confidence / cost (`remediation.priority`), then age.
+2. Evidence threshold: an action whose diagnosis confidence is below its kind's threshold is
+   rejected. Thresholds start at `base_threshold` and rise each time the auditor reverts that kind
+   (adaptive conservatism); they are audit-log entries (`evidence_threshold`), read back here.
+3. Daily cap: at most `daily_cap` DIRECT remediations applied per domain (collection) per day of
+   the clock; the rest stay proposed for the next day. Candidates and records are not capped:
+   they change nothing that serves.
+4. Conflicts: one action per component in flight or applied-and-unaudited; the next waits.
+5. Exactly once: the claim is a conditional UPDATE (`claims.claim_action`); the action becomes
+   `applied` and its audit entry (evidence, expected delta, the change) is written in one
+   transaction, so a change is never recorded twice and never recorded without its entry.
+A DIRECT action's query group is measured just before apply: the auditor's "before".
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ragloop.improve.claims import claim_action
+from ragloop.improve.clock import day_start
+from ragloop.improve.remediation import (
+    REMEDIATIONS,
+    ActionSpec,
+    AppliedChange,
+    Effect,
+    RemediationContext,
+    make_remediation,
+    priority,
+)
+from ragloop.improve.remediation.measure import measure
+from ragloop.improve.remediation.ranking import audit_action_type
+from ragloop.improve.types import ActionKind
+from ragloop.store import ImprovementActions, StoreConflictError
+
+THRESHOLD_ACTION = "evidence_threshold"
+
+
+class Policy(BaseModel):
+    """The scheduler's and auditor's knobs (the seed's numbers by default)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    daily_cap: int = Field(default=5, ge=0)
+    audit_window_s: float = Field(default=86_400.0, gt=0)
+    lease_s: float = Field(default=600.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+    max_per_pass: int = Field(default=20, ge=1)
+    base_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    threshold_step: float = Field(default=0.1, gt=0.0)
+    max_threshold: float = Field(default=0.95, le=1.0)
+    shortfall: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Revert when the interval's upper bound is below this share of the expected delta."""
+    min_questions: int = Field(default=3, ge=2)
+    """Fewer measured questions than this: the interval says nothing; the action is kept."""
+
+
+class Outcome(StrEnum):
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    DEFERRED_CAP = "deferred_cap"
+    DEFERRED_CONFLICT = "deferred_conflict"
+    CLAIMED_ELSEWHERE = "claimed_elsewhere"
+    FAILED = "failed"
+    RETRY = "retry"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    action_id: str
+    kind: str
+    domain: str | None
+    outcome: Outcome
+    detail: str = ""
+    audit_log_id: str | None = None
+    candidate_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (v.value if isinstance(v, StrEnum) else v) for k, v in self.__dict__.items()}
+
+
+def evidence_thresholds(ctx: RemediationContext, policy: Policy) -> dict[ActionKind, float]:
+    """Each kind's current evidence threshold: its latest `evidence_threshold` entry, else the base."""
+    out = dict.fromkeys(ActionKind, policy.base_threshold)
+    seen: set[str] = set()
+    for e in ctx.store.audit.timeline(action_type=THRESHOLD_ACTION, limit=1000):  # newest first
+        kind = str(e.evidence.get("kind", ""))
+        if kind in ActionKind._value2member_map_ and kind not in seen:
+            seen.add(kind)
+            out[ActionKind(kind)] = float(e.evidence["after"])
+    return out
+
+
+def rank_key(spec: ActionSpec) -> tuple[int, float]:
+    p = priority(spec.kind, impact=len(spec.answer_ids), confidence=spec.confidence, user_reported=spec.user_reported)
+    return (0 if spec.user_reported else 1, -p)
+
+
+def _is_direct(kind: ActionKind) -> bool:
+    cls = REMEDIATIONS.get(kind)
+    return cls is not None and cls.effect is Effect.DIRECT
+
+
+@dataclass
+class Scheduler:
+    ctx: RemediationContext
+    policy: Policy = field(default_factory=Policy)
+    worker: str = "scheduler"
+
+    def __post_init__(self) -> None:
+        self.actions = ImprovementActions(self.ctx.store.db, clock=self.ctx.clock)
+
+    def due(self) -> list[ActionSpec]:
+        now = self.ctx.clock.now()
+        rows = self.actions.listed(status=("proposed", "scheduled"), limit=10_000)
+        due = [
+            r for r in rows if r.status == "proposed" or (r.lease_expires_at is not None and r.lease_expires_at <= now)
+        ]
+        specs = []
+        for r in due:
+            try:
+                specs.append(ActionSpec.from_row(r))
+            except ValueError:  # an unknown kind: nothing here can apply it
+                continue
+        return sorted(specs, key=lambda s: (*rank_key(s), s.action_id))
+
+    def _busy_components(self) -> set[str]:
+        rows = self.actions.listed(status="applied", limit=10_000)
+        return {r.component for r in rows if r.audit_due_at is not None and r.audited_at is None}
+
+    def run(self) -> list[ScheduleResult]:
+        thresholds = evidence_thresholds(self.ctx, self.policy)
+        since = day_start(self.ctx.clock.now())
+        applied_today: dict[str | None, int] = defaultdict(int)
+        counted: set[str | None] = set()
+        busy = self._busy_components()
+        out: list[ScheduleResult] = []
+        for spec in self.due():
+            if sum(r.outcome is Outcome.APPLIED for r in out) >= self.policy.max_per_pass:
+                break
+            direct = _is_direct(spec.kind)
+            if spec.kind not in REMEDIATIONS:
+                out.append(self._result(spec, Outcome.UNSUPPORTED, f"no remediation implements {spec.kind.value} yet"))
+                continue
+            if spec.confidence < thresholds[spec.kind]:
+                out.append(
+                    self._reject(
+                        spec,
+                        f"confidence {spec.confidence:.3f} < {spec.kind.value} threshold {thresholds[spec.kind]:.3f}",
+                    )
+                )
+                continue
+            if direct:
+                if spec.domain not in counted:
+                    counted.add(spec.domain)
+                    applied_today[spec.domain] = self._applied_direct_since(since, spec.domain)
+                if applied_today[spec.domain] >= self.policy.daily_cap:
+                    out.append(
+                        self._result(
+                            spec, Outcome.DEFERRED_CAP, f"{self.policy.daily_cap} remediations of {spec.domain} today"
+                        )
+                    )
+                    continue
+                if spec.component in busy:
+                    out.append(
+                        self._result(spec, Outcome.DEFERRED_CONFLICT, f"{spec.component} has an unaudited change")
+                    )
+                    continue
+            result = self.apply_one(spec)
+            out.append(result)
+            if result.outcome is Outcome.APPLIED and direct:
+                applied_today[spec.domain] += 1
+                busy.add(spec.component)
+        return out
+
+    def _applied_direct_since(self, since: Any, domain: str | None) -> int:
+        return sum(self.actions.applied_since(since, domain=domain, kind=k.value) for k in ActionKind if _is_direct(k))
+
+    def apply_one(self, spec: ActionSpec) -> ScheduleResult:
+        ctx, now = self.ctx, self.ctx.clock.now()
+        if not claim_action(ctx.store, spec.action_id, self.worker, now, self.policy.lease_s):
+            return self._result(
+                spec, Outcome.CLAIMED_ELSEWHERE, "claimed by another scheduler, or its component is busy"
+            )
+        attempts = spec.attempts + 1
+        try:
+            remediation = make_remediation(spec)
+        except ValidationError as exc:
+            self.actions.mark_failed(spec.action_id, f"invalid payload: {exc}", claimer=self.worker)
+            return self._result(spec, Outcome.FAILED, "invalid payload")
+        try:
+            group = remediation.group(ctx) if remediation.effect is Effect.DIRECT else None
+            baseline = measure(ctx, group) if group is not None else None
+            change = remediation.apply(ctx)
+        except Exception as exc:  # the previous state still serves (each apply is atomic)
+            retry = attempts < self.policy.max_attempts
+            self.actions.mark_failed(spec.action_id, f"{type(exc).__name__}: {exc}", claimer=self.worker, retry=retry)
+            return self._result(spec, Outcome.RETRY if retry else Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+        change = change.model_copy(update={"group": group, "baseline": baseline})
+        try:
+            log_id = self._record(spec, change)
+        except Exception as exc:
+            # lost the claim (its lease ran out and another scheduler took it) or the store failed:
+            # undo the change, so what serves is what the audit log says
+            remediation.revert(ctx, change)
+            return self._result(
+                spec, Outcome.CLAIMED_ELSEWHERE, f"not recorded, change undone: {type(exc).__name__}: {exc}"
+            )
+        return self._result(spec, Outcome.APPLIED, change.summary, log_id, change.candidate_version)
+
+    def _record(self, spec: ActionSpec, change: AppliedChange) -> str:
+        store, audit_after = self.ctx.store, self.policy.audit_window_s if change.effect is Effect.DIRECT else None
+        with store.db.transaction():
+            self.actions.mark_applied(
+                spec.action_id,
+                claimer=self.worker,
+                revert_payload=change.model_dump(mode="json"),
+                audit_after_s=audit_after,
+                expected_delta=spec.expected_delta,
+            )
+            entry = store.audit.record(
+                audit_action_type(spec.kind),
+                triggered_by=f"action:{spec.action_id}",
+                actor=self.worker,
+                evidence={
+                    "action_id": spec.action_id,
+                    "domain": spec.domain,
+                    "component": spec.component,
+                    "answer_ids": list(spec.answer_ids),
+                    "confidence": spec.confidence,
+                    "diagnosis": spec.evidence,
+                    "payload": spec.payload,
+                    "effect": change.effect.value,
+                    "summary": change.summary,
+                    "candidate_version": change.candidate_version,
+                    "baseline": change.baseline.model_dump(mode="json") if change.baseline else None,
+                },
+                pipeline_version_before=self.ctx.config.version_id,
+                pipeline_version_after=change.candidate_version,
+                expected_delta=spec.expected_delta,
+            )
+            for note in change.notes:
+                store.audit.record(
+                    note.action_type,
+                    triggered_by=f"action:{spec.action_id}",
+                    actor=self.worker,
+                    evidence=note.evidence,
+                    pipeline_version_before=note.pipeline_version_before,
+                    pipeline_version_after=note.pipeline_version_after,
+                    refers_to=entry.log_id,
+                )
+            self.actions.update_payload(spec.action_id, payload={"applied_log_id": entry.log_id})
+            return entry.log_id
+
+    def _reject(self, spec: ActionSpec, reason: str) -> ScheduleResult:
+        try:
+            self.actions.reject(spec.action_id, reason)
+        except StoreConflictError:
+            return self._result(spec, Outcome.CLAIMED_ELSEWHERE, "changed under us")
+        return self._result(spec, Outcome.REJECTED, reason)
+
+    @staticmethod
+    def _result(
+        spec: ActionSpec, outcome: Outcome, detail: str, log_id: str | None = None, candidate: str | None = None
+    ) -> ScheduleResult:
+        return ScheduleResult(spec.action_id, spec.kind.value, spec.domain, outcome, detail, log_id, candidate)
+
+
+def summarize(results: Sequence[ScheduleResult]) -> dict[str, int]:
+    counts = dict.fromkeys((o.value for o in Outcome), 0)
+    for r in results:
+        counts[r.outcome.value] += 1
+    return counts

@@ -1,0 +1,181 @@
+"""Re-chunk one source file of a collection as a new index generation.
+
+The chunking remediation's mechanism (and its revert, which re-chunks with the previous override):
+only the file's chunks change, in place in the chunk order; every other chunk keeps its vector.
+The file's size/overlap is recorded as a per-document override in the registry, so later ingests
+keep it without touching the collection's index fingerprint.
+
+Atomic like an ingest: the generation directory is written whole, then the override, the file's
+registry row and the generation pointer change in one registry transaction. Anything failing
+before that commit removes the half-built directory and leaves the previous generation serving.
+Vectors of chunks whose indexed text already exists in the current or previous generation are
+reused, so a revert restores the previous vectors exactly instead of re-embedding them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ragloop.config.pipeline import LexicalConfig, PipelineConfig
+from ragloop.ingest.chunking import chunk_document
+from ragloop.ingest.loaders import load_file
+from ragloop.ingest.registry import DocumentOverride
+from ragloop.ingest.scan import chunk_fingerprint
+from ragloop.ingest.types import Chunk
+from ragloop.models import make_embedder
+from ragloop.retrieval.collection import Collection, CollectionError, _source, _with_source
+from ragloop.retrieval.store import gen_dir, index_text, remove_stale, write_generation
+
+
+@dataclass(frozen=True)
+class RechunkResult:
+    rel: str
+    generation_before: int
+    generation_after: int
+    override_before: DocumentOverride | None
+    override_after: DocumentOverride | None
+    chunk_ids_before: tuple[str, ...]
+    chunk_ids_after: tuple[str, ...]
+    embedded: int
+    """Chunks whose vector had to be computed (the rest were reused)."""
+
+
+def source_of(collection: Collection, doc_id: str) -> str:
+    """The registered source file holding `doc_id` (a JSONL record's doc id is `path#record`)."""
+    for ch in collection.load().chunks:
+        if ch.doc_id == doc_id:
+            return _source(ch)
+    raise CollectionError(f"no document {doc_id!r} in collection {collection.name!r}")
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _known_vectors(collection: Collection, generations: list[int], headings: bool) -> dict[str, np.ndarray]:
+    """index text -> vector over the given generations still on disk (newest wins)."""
+    out: dict[str, np.ndarray] = {}
+    for g in sorted(generations):
+        path = gen_dir(collection.dir, g)
+        if not (path / "chunks.jsonl").exists():
+            continue
+        vectors = np.load(path / "vectors.npy", mmap_mode="r")
+        with (path / "chunks.jsonl").open(encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                out[index_text(Chunk.from_json(json.loads(line)), headings)] = np.asarray(vectors[i])
+    return out
+
+
+def rechunk_document(
+    collection: Collection, rel: str, override: DocumentOverride | None, config: PipelineConfig
+) -> RechunkResult:
+    """Re-chunk source file `rel` with `override` (None: the config's own chunking for it), as one
+    new generation. `config` must be the pipeline the collection was indexed with."""
+    with collection.exclusive():
+        registry = collection.registry
+        fingerprint = config.index_fingerprint()
+        if registry.get_state("fingerprint") != fingerprint:
+            raise CollectionError(f"collection {collection.name!r} was not indexed with this pipeline config")
+        record = registry.files().get(rel)
+        if record is None:
+            raise CollectionError(f"not in collection {collection.name!r}: {rel}")
+        path = Path(record.root) / rel
+        if _file_hash(path) != record.content_hash:
+            raise CollectionError(f"{rel} changed on disk since it was indexed: re-ingest it instead")
+        overrides = registry.document_overrides()
+        before = overrides.get(rel)
+        if override is None:
+            overrides.pop(rel, None)
+        else:
+            overrides[rel] = override
+        chunking = registry.chunking_for(config.chunking, overrides)
+        size, overlap = chunking.for_document(rel)
+        docs = load_file(path, Path(record.root), max_bytes=collection.settings.max_file_bytes)
+        fresh = [_with_source(c, rel) for d in docs for c in chunk_document(d, size, overlap, chunking.min_size)]
+        if not fresh:
+            raise CollectionError(f"{rel} has no text to index after cleaning")
+
+        old_gen = collection.generation()
+        cur = collection.load()
+        m = cur.manifest
+        mine = [i for i, ch in enumerate(cur.chunks) if _source(ch) == rel]
+        at = mine[0] if mine else len(cur.chunks)
+        mine_set = set(mine)
+        kept = [i for i in range(len(cur.chunks)) if i not in mine_set]
+        head = [i for i in kept if i < at]
+        tail = [i for i in kept if i > at]
+
+        known = _known_vectors(collection, [old_gen - 1, old_gen], m.index_headings)
+        texts = [index_text(c, m.index_headings) for c in fresh]
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:
+            dense = config.retrieval.dense
+            embedder = make_embedder(
+                m.embedder, collection.settings, max_tokens=dense.max_tokens, batch_size=dense.batch_size
+            )
+            for t, v in zip(missing, embedder.embed(missing), strict=True):
+                known[t] = v
+        new_vectors = np.stack([known[t] for t in texts]).astype(np.float32)
+        old_vectors = np.asarray(cur.vectors, dtype=np.float32)
+        chunks = [cur.chunks[i] for i in head] + fresh + [cur.chunks[i] for i in tail]
+        vectors = np.concatenate(
+            [old_vectors[head].reshape(-1, m.dim), new_vectors, old_vectors[tail].reshape(-1, m.dim)]
+        )
+
+        new_gen = old_gen + 1
+        written = gen_dir(collection.dir, new_gen)
+        shutil.rmtree(written, ignore_errors=True)  # an orphan of a killed run: the pointer never named it
+        try:
+            write_generation(
+                collection.dir,
+                new_gen,
+                chunks,
+                vectors,
+                lexical=LexicalConfig.model_validate(m.lexical),
+                embedder=m.embedder,
+                fingerprint=m.fingerprint,
+                dense_backend=m.dense_backend,
+                ann_threshold=0,  # the backend is named explicitly: no auto choice
+                index_headings=m.index_headings,
+            )
+            with registry.transaction() as txn:
+                if override is None:
+                    txn.clear_document_override(rel)
+                else:
+                    txn.set_document_override(override)
+                txn.upsert_file(
+                    replace(
+                        record,
+                        fingerprint=chunk_fingerprint(chunking, rel, fingerprint),
+                        n_docs=len(docs),
+                        n_chunks=len(fresh),
+                        ingested_at=time.time(),
+                    )
+                )
+                txn.set_state("generation", str(new_gen))
+        except BaseException:
+            if collection.generation() != new_gen:  # not committed: the previous generation serves on
+                shutil.rmtree(written, ignore_errors=True)
+            raise
+        remove_stale(collection.dir, new_gen)
+        return RechunkResult(
+            rel=rel,
+            generation_before=old_gen,
+            generation_after=new_gen,
+            override_before=before,
+            override_after=override,
+            chunk_ids_before=tuple(cur.chunks[i].chunk_id for i in mine),
+            chunk_ids_after=tuple(c.chunk_id for c in fresh),
+            embedded=len(missing),
+        )

@@ -1,0 +1,133 @@
+"""Shared pieces of the remediation, scheduler and auditor tests: a store, a context over a tiny
+real collection (hashed embedder), proposing actions, and the Redis and PostgreSQL requirements
+(skip when unreachable, fail under CI=true, like the store conformance suite)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from ragloop.config import PipelineConfig
+from ragloop.improve.clock import ManualClock
+from ragloop.improve.remediation import (
+    RegistryExpansionBackend,
+    RemediationContext,
+    RemediationSettings,
+)
+from ragloop.improve.types import ActionKind
+from ragloop.retrieval.collection import Collection
+from ragloop.store import ImprovementAction, Store
+from tests.agent.conftest import HASHED
+from tests.store.conftest import DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, _ci, require_postgres
+
+REDIS_URL_ENV = "RAGLOOP_REDIS_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+QUESTION = "When was the Zorblat Bridge completed?"
+PARAPHRASE = "When was the Zorblat Bridge finally completed?"
+"""cos 0.934 to QUESTION under the hashed embedder; the exact pin (normalised string) misses it."""
+K1 = HASHED.with_overrides(retrieval={"k": 1})
+"""Query-time k only: the index fingerprint stays HASHED's."""
+
+
+def require_redis(url: str, *, ci: bool) -> str:
+    """`url` if a Redis server answers PING there; otherwise skip, or fail when `ci` (CI=true)."""
+    import redis
+
+    problem = None
+    client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=2.0)
+    try:
+        client.ping()
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    finally:
+        client.close()
+    if problem is None:
+        return url
+    reason = f"Redis at {url} is unreachable ({problem})"
+    if ci:
+        pytest.fail(f"{reason}; CI=true requires the Redis expansion-cache backend tests", pytrace=False)
+    pytest.skip(f"{reason}; start redis-server or set {REDIS_URL_ENV}")
+
+
+def redis_url() -> str:
+    return require_redis(os.environ.get(REDIS_URL_ENV, DEFAULT_REDIS_URL), ci=_ci())
+
+
+@contextmanager
+def postgres_schema_url() -> Iterator[str]:
+    """A URL into a fresh schema of the test PostgreSQL server (dropped afterwards)."""
+    admin_url = require_postgres(os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL), ci=_ci())
+    schema = f"t_{secrets.token_hex(6)}"
+    admin = create_engine(admin_url, poolclass=NullPool)
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA {schema}"))
+        url = make_url(admin_url).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        admin.dispose()
+
+
+def context(
+    store: Store,
+    coll: Collection,
+    clock: ManualClock,
+    *,
+    config: PipelineConfig = K1,
+    backend: Any = None,
+    **settings: Any,
+) -> RemediationContext:
+    backend = backend or RegistryExpansionBackend(coll.registry)
+
+    def collections(name: str) -> Collection:
+        assert name == coll.name, f"unexpected collection {name!r}"
+        return coll
+
+    return RemediationContext(
+        store=store,
+        config=config,
+        collections=collections,
+        expansion_backend=lambda _name: backend,
+        clock=clock,
+        settings=RemediationSettings(**settings),
+    )
+
+
+def chunk_of(coll: Collection, doc_id: str) -> str:
+    return next(c.chunk_id for c in coll.load().chunks if c.doc_id == doc_id)
+
+
+def propose_expansion(
+    store: Store,
+    coll: Collection,
+    question: str,
+    chunk_ids: list[str],
+    *,
+    confidence: float = 0.8,
+    user_reported: bool = False,
+    answers: int = 1,
+    key: str | None = None,
+    component: str | None = None,
+) -> ImprovementAction:
+    from ragloop.improve.remediation.expansion import expansion_component
+
+    return store.improvement_actions.propose(
+        ActionKind.EXPANSION_CACHE.value,
+        component or expansion_component(coll.name, question),
+        key or question,
+        domain=coll.name,
+        answer_ids=[f"a-{secrets.token_hex(4)}" for _ in range(answers)],
+        evidence={"confidence": confidence, "user_reported": user_reported, "mode": "embedding_failure"},
+        expected_delta={"metric": "target_recall_at_k", "value": round(0.5 * confidence, 4)},
+        payload={"collection": coll.name, "question": question, "chunk_ids": chunk_ids},
+    ).action

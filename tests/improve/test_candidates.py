@@ -1,0 +1,106 @@
+"""Global changes become candidates, never serving versions: the ranking buffer's fusion refit
+(held-out gain interval) and the per-collection τL refit (accuracy under a false-refusal bound)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from ragloop.config.pipeline import RetrievalConfig
+from ragloop.improve.clock import ManualClock
+from ragloop.improve.remediation import ranking
+from ragloop.improve.remediation.ranking import RankingTuple, buffered, fit_fusion, retriever_rr
+from ragloop.improve.remediation.thresholds import GateSample, fit_tau_lower, wilson_upper
+from ragloop.improve.scheduler import Outcome, Scheduler
+from ragloop.improve.types import ActionKind
+from ragloop.retrieval.collection import Collection
+from ragloop.store import Store
+from tests.agent.conftest import DOCS, make_collection
+from tests.improve.remediation_support import K1, context
+
+
+@pytest.fixture
+def coll(tmp_path: Path) -> Iterator[Collection]:
+    c = make_collection("kb", DOCS, tmp_path / "docs")
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
+    yield s
+    s.close()
+
+
+def _tuples(n: int) -> list[RankingTuple]:
+    return [RankingTuple(query=f"q{i}", chunk_id=f"c{i}", rank=7, score=0.8) for i in range(n)]
+
+
+def test_fit_fusion_registers_only_an_out_of_sample_gain() -> None:
+    def dense_helps(cfg: RetrievalConfig, query: str, chunk_ids: Sequence[str]) -> list[float]:
+        w = cfg.fusion.dense_weight
+        return [1.0 if w >= 0.8 else (0.5 if int(query[1:]) % 3 else 0.1) for _ in chunk_ids]
+
+    fit = fit_fusion(_tuples(30), K1.retrieval, dense_helps)
+    assert fit.improves and fit.dense_weight == 0.8 and fit.lo > 0 and fit.queries == 30
+    assert fit.fitted_mrr == 1.0 and fit.baseline_mrr < 0.5 and len(fit.grid) == 11
+
+    def flat(cfg: RetrievalConfig, query: str, chunk_ids: Sequence[str]) -> list[float]:
+        return [0.5 for _ in chunk_ids]
+
+    assert not fit_fusion(_tuples(30), K1.retrieval, flat).improves
+
+
+def test_the_refit_reads_the_real_retriever(store: Store, coll: Collection) -> None:
+    ctx = context(store, coll, ManualClock())
+    bridge = next(c.chunk_id for c in coll.load().chunks if c.doc_id == "bridge.md")
+    rr = retriever_rr(ctx, "kb", depth=10)
+    assert rr(K1.retrieval, "When was the Zorblat Bridge completed?", [bridge]) == [1.0]
+    fit = fit_fusion([RankingTuple(query="Zorblat Bridge 1887", chunk_id=bridge)], K1.retrieval, rr)
+    assert fit.queries == 1 and not fit.improves  # one query: no interval, no candidate
+
+
+def test_the_buffer_fills_through_the_audit_log_and_refits_into_a_candidate(
+    store: Store, coll: Collection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    improving = ranking.FusionFit(0.9, None, 0.3, 0.6, 0.25, 0.1, 0.4, 3, [])
+    monkeypatch.setattr(ranking, "fit_fusion", lambda *a, **k: improving)
+    for i in range(3):
+        store.improvement_actions.propose(
+            ActionKind.RANKING_BUFFER.value,
+            "ranking:kb",
+            f"k{i}",
+            domain="kb",
+            answer_ids=[f"a{i}"],
+            evidence={"confidence": 0.9},
+            payload={"collection": "kb", "tuples": [t.model_dump() for t in _tuples(3)[i : i + 1]]},
+        )
+    ctx = context(store, coll, ManualClock(), ranking_buffer_size=3)
+    results = Scheduler(ctx).run()
+    assert [r.outcome for r in results] == [Outcome.APPLIED] * 3
+    assert [r.candidate_version for r in results][:2] == [None, None]
+    candidate = results[2].candidate_version
+    assert candidate is not None
+    row = store.pipelines.get(candidate)
+    assert row is not None and row.status == "candidate" and store.pipelines.current() is None  # never activated
+    assert row.config["retrieval"]["fusion"] == {**K1.retrieval.fusion.model_dump(mode="json"), "dense_weight": 0.9}
+    [refit] = store.audit.timeline(action_type=ranking.REFIT_ACTION)
+    assert refit.evidence["tuples"] == 3 and refit.pipeline_version_after == candidate
+    assert refit.refers_to == results[2].audit_log_id
+    assert buffered(store, "kb") == []  # consumed
+    assert all(store.improvement_actions.get(r.action_id).audit_due_at is None for r in results)  # type: ignore[union-attr]
+
+
+def test_tau_lower_refit_keeps_false_refusals_under_the_bound() -> None:
+    # answerable questions score 0.25..0.95, unanswerable ones 0.0..0.2: serving tau 0.3 refuses
+    # every answerable one below 0.3 (false refusals); the fit moves tau down to 0.21
+    samples = [GateSample(score=0.25 + 0.7 * i / 99, answerable=True) for i in range(100)]
+    samples += [GateSample(score=0.2 * i / 59, answerable=False) for i in range(60)]
+    fit = fit_tau_lower(samples, current=0.3)
+    assert fit.improves and 0.2 < fit.fitted <= 0.25 and fit.accuracy_after == 1.0
+    assert fit.false_refusal_upper <= 0.05 and fit.lo > 0
+    assert not fit_tau_lower(samples[:3] + samples[-3:], current=0.22).improves
+    assert wilson_upper(0, 100) < 0.04 and wilson_upper(5, 100) > 0.05

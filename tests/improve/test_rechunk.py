@@ -1,0 +1,141 @@
+"""Per-document re-chunking: only the affected document changes, as a new generation; revert
+restores its chunks, ids, vectors and override; a later ingest keeps the override; a failure
+half-way leaves the previous generation serving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragloop.config import Settings
+from ragloop.improve.clock import ManualClock
+from ragloop.improve.remediation import ActionSpec, RechunkAction
+from ragloop.improve.types import ActionKind
+from ragloop.ingest.registry import DocumentOverride, RegistryTxn
+from ragloop.retrieval import rechunk as rechunk_module
+from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.rechunk import rechunk_document
+from ragloop.store import Store
+from tests.agent.conftest import HASHED
+from tests.improve.remediation_support import context
+
+SMALL = HASHED.with_overrides(chunking={"size": 120, "overlap": 0, "min_size": 10})
+LONG = (
+    "# Harbour\n\n"
+    "The harbour of Ostria was dredged in 1921 to admit larger steamers. "
+    "Its lighthouse, rebuilt after the storm of 1930, shows a white light every six seconds. "
+    "The harbour master keeps the tide tables in the old customs house by the pier. "
+    "Ferries to the islands leave from the eastern quay twice a day in summer."
+)
+DOCS = {"harbour.md": LONG, "other.md": "# Other\n\nThe Ostria museum opened in 1950 with a gallery of maps."}
+
+
+@pytest.fixture
+def coll(tmp_path: Path) -> Iterator[Collection]:
+    root = tmp_path / "docs"
+    root.mkdir()
+    for rel, text in DOCS.items():
+        (root / rel).write_text(text)
+    c = Collection("kb", Settings())
+    c.ingest([root], SMALL)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
+    yield s
+    s.close()
+
+
+def _state(coll: Collection, rel: str) -> tuple[list[tuple[str, str]], np.ndarray, dict[str, DocumentOverride]]:
+    gen = coll.load()
+    idx = [i for i, c in enumerate(gen.chunks) if c.metadata.get("source") == rel]
+    return (
+        [(gen.chunks[i].chunk_id, gen.chunks[i].text) for i in idx],
+        np.asarray(gen.vectors)[idx].copy(),
+        coll.registry.document_overrides(),
+    )
+
+
+def test_apply_and_revert_round_trip(coll: Collection, store: Store) -> None:
+    before, vec_before, ov_before = _state(coll, "harbour.md")
+    other_before, other_vec, _ = _state(coll, "other.md")
+    gen0 = coll.generation()
+    assert len(before) >= 3 and ov_before == {}
+    spec = ActionSpec(
+        action_id="act1",
+        kind=ActionKind.RECHUNK_DOCUMENT,
+        component="doc:kb/harbour.md",
+        domain="kb",
+        payload={
+            "collection": "kb",
+            "doc_id": "harbour.md",
+            "sentence": "Its lighthouse",
+            "questions": ["lighthouse?"],
+        },
+    )
+    action = RechunkAction(spec)
+    ctx = context(store, coll, ManualClock(), config=SMALL)
+    change = action.apply(ctx)
+    after, _, ov_after = _state(coll, "harbour.md")
+    assert coll.generation() == gen0 + 1
+    assert ov_after["harbour.md"].size == 192 and ov_after["harbour.md"].overlap == 48  # 120 x 1.6, a quarter
+    assert len(after) < len(before) and {c for c, _ in after}.isdisjoint({c for c, _ in before})
+    assert _state(coll, "other.md")[0] == other_before  # only the affected document changed
+    assert change.revert["generation_before"] == gen0 and change.revert["override_before"] is None
+
+    action.revert(ctx, change)
+    restored, vec_restored, ov_restored = _state(coll, "harbour.md")
+    assert restored == before and np.array_equal(vec_restored, vec_before)
+    assert ov_restored == {} and coll.generation() == gen0 + 2  # pointers only move forward
+    other, vec_other, _ = _state(coll, "other.md")
+    assert other == other_before and np.array_equal(vec_other, other_vec)
+    assert [c.chunk_id for c in coll.load().chunks][: len(before)] == [c for c, _ in before]  # order kept
+
+
+def test_a_later_ingest_keeps_the_override(coll: Collection, tmp_path: Path) -> None:
+    rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 300, 60, "test"), SMALL)
+    after, _, _ = _state(coll, "harbour.md")
+    summary = coll.ingest([tmp_path / "docs"], SMALL)
+    assert summary.changed == 0 and summary.unchanged == 2  # the file's fingerprint matches its override
+    assert _state(coll, "harbour.md")[0] == after
+    (tmp_path / "docs" / "harbour.md").write_text(LONG + " A new quay opened in 1990.")
+    coll.ingest([tmp_path / "docs"], SMALL)  # a real change is chunked with the override too
+    texts = [t for _, t in _state(coll, "harbour.md")[0]]
+    assert max(len(t) for t in texts) > 120
+
+
+@pytest.mark.parametrize("where", ["embed", "commit"])
+def test_a_failure_half_way_leaves_the_previous_generation(
+    coll: Collection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    before, vec_before, _ = _state(coll, "harbour.md")
+    gen0 = coll.generation()
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise RuntimeError(f"injected failure at {where}")
+
+    if where == "embed":
+        monkeypatch.setattr(rechunk_module, "make_embedder", boom)
+    else:
+        monkeypatch.setattr(RegistryTxn, "set_state", boom)
+    with pytest.raises(RuntimeError, match="injected"):
+        rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 300, 60, "test"), SMALL)
+    monkeypatch.undo()
+    assert coll.generation() == gen0
+    chunks, vectors, overrides = _state(coll, "harbour.md")
+    assert chunks == before and np.array_equal(vectors, vec_before) and overrides == {}
+    assert not [p.name for p in coll.dir.iterdir() if p.name.startswith(f"gen-{gen0 + 1:06d}")]
+    r = rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 300, 60, "test"), SMALL)  # works after
+    assert r.generation_after == gen0 + 1
+
+
+def test_a_document_changed_on_disk_is_not_rechunked(coll: Collection, tmp_path: Path) -> None:
+    (tmp_path / "docs" / "harbour.md").write_text(LONG + " Edited.")
+    with pytest.raises(Exception, match="changed on disk"):
+        rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 300, 60, "test"), SMALL)

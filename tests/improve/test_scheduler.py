@@ -1,0 +1,129 @@
+"""The scheduler's rules on a manual clock: the per-domain daily cap, component serialisation,
+evidence thresholds, user-reported first, the audit entry of each application, failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ragloop.improve.clock import ManualClock
+from ragloop.improve.remediation import AppliedChange, RegistryExpansionBackend
+from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy, Scheduler, ScheduleResult
+from ragloop.retrieval.collection import Collection
+from ragloop.store import Store
+from tests.agent.conftest import DOCS, make_collection
+from tests.improve.remediation_support import QUESTION, chunk_of, context, propose_expansion
+
+QUESTIONS = [f"What happened in Ostria in {1900 + i}?" for i in range(6)]
+
+
+@pytest.fixture
+def coll(tmp_path: Path) -> Iterator[Collection]:
+    c = make_collection("kb", DOCS, tmp_path / "docs")
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+def _by_outcome(results: list[ScheduleResult], outcome: Outcome) -> list[str]:
+    return [r.action_id for r in results if r.outcome is outcome]
+
+
+def test_at_most_n_per_domain_per_day_on_the_clock(store: Store, coll: Collection, clock: ManualClock) -> None:
+    ferry = chunk_of(coll, "ferry.md")
+    ids = [
+        propose_expansion(store, coll, q, [ferry], answers=len(QUESTIONS) - i).action_id
+        for i, q in enumerate(QUESTIONS)
+    ]
+    sched = Scheduler(context(store, coll, clock, paraphrases=False), Policy(daily_cap=5))
+    first = sched.run()
+    assert _by_outcome(first, Outcome.APPLIED) == ids[:5]  # by impact: the most answers first
+    assert _by_outcome(first, Outcome.DEFERRED_CAP) == ids[5:]
+    clock.advance(3600 * 10)  # later the same day (12:00 + 10 h)
+    assert _by_outcome(sched.run(), Outcome.DEFERRED_CAP) == ids[5:]
+    clock.advance(3600 * 2)  # past midnight: a new day
+    assert _by_outcome(sched.run(), Outcome.APPLIED) == ids[5:]
+    assert store.improvement_actions.counts()["applied"] == 6
+
+
+def test_conflicting_remediations_on_one_component_are_serialised(
+    store: Store, coll: Collection, clock: ManualClock
+) -> None:
+    ferry, tower = chunk_of(coll, "ferry.md"), chunk_of(coll, "tower.md")
+    a = propose_expansion(store, coll, QUESTION, [ferry], answers=3, key="first")
+    b = propose_expansion(store, coll, QUESTION, [tower], answers=1, key="second")
+    assert a.component == b.component
+    ctx = context(store, coll, clock, paraphrases=False)
+    sched = Scheduler(ctx, Policy(audit_window_s=60))
+    results = sched.run()
+    assert _by_outcome(results, Outcome.APPLIED) == [a.action_id]
+    assert _by_outcome(results, Outcome.DEFERRED_CONFLICT) == [b.action_id]
+    clock.advance(30)
+    assert _by_outcome(sched.run(), Outcome.DEFERRED_CONFLICT) == [b.action_id]
+    store.improvement_actions.mark_kept(a.action_id, actual_delta={"diff": 1.0})  # audited
+    assert _by_outcome(sched.run(), Outcome.APPLIED) == [b.action_id]
+
+
+def test_each_application_is_audited_with_its_evidence(store: Store, coll: Collection, clock: ManualClock) -> None:
+    ferry = chunk_of(coll, "ferry.md")
+    action = propose_expansion(store, coll, QUESTION, [ferry], confidence=0.9)
+    [result] = Scheduler(context(store, coll, clock), Policy(audit_window_s=7200), worker="w1").run()
+    assert result.outcome is Outcome.APPLIED and result.audit_log_id
+    row = store.improvement_actions.get(action.action_id)
+    assert row is not None and row.status == "applied" and row.claimed_by == "w1"
+    assert row.applied_at == clock.now() and row.audit_due_at is not None
+    assert (row.audit_due_at - row.applied_at).total_seconds() == 7200
+    assert row.payload["applied_log_id"] == result.audit_log_id
+    change = AppliedChange.model_validate(row.revert_payload)
+    assert change.group is not None and QUESTION in change.group.questions and len(change.group.questions) > 1
+    assert change.baseline is not None and len(change.baseline.scores) == len(change.group.questions)
+    entry = store.audit.get(result.audit_log_id)
+    assert entry is not None and entry.action_type == "remediation:expansion_cache"
+    assert entry.expected_delta == {"metric": "target_recall_at_k", "value": 0.45}
+    assert entry.evidence["payload"]["chunk_ids"] == [ferry] and entry.evidence["confidence"] == 0.9
+    assert entry.evidence["baseline"]["scores"] == list(change.baseline.scores)
+    backend = RegistryExpansionBackend(coll.registry)
+    assert [e.chunk_ids for e in backend.entries()] == [(ferry,)]
+
+
+def test_user_reported_first_and_thresholds_reject(store: Store, coll: Collection, clock: ManualClock) -> None:
+    ferry = chunk_of(coll, "ferry.md")
+    big = propose_expansion(store, coll, QUESTIONS[0], [ferry], answers=5)
+    urgent = propose_expansion(store, coll, QUESTIONS[1], [ferry], answers=1, user_reported=True)
+    weak = propose_expansion(store, coll, QUESTIONS[2], [ferry], confidence=0.55)
+    store.audit.record(
+        THRESHOLD_ACTION, triggered_by="test", evidence={"kind": "expansion_cache", "before": 0.5, "after": 0.6}
+    )
+    results = Scheduler(context(store, coll, clock, paraphrases=False)).run()
+    assert _by_outcome(results, Outcome.APPLIED) == [urgent.action_id, big.action_id]
+    assert _by_outcome(results, Outcome.REJECTED) == [weak.action_id]
+    row = store.improvement_actions.get(weak.action_id)
+    assert (
+        row is not None and row.status == "rejected" and "0.550 < expansion_cache threshold 0.600" in (row.error or "")
+    )
+
+
+def test_a_failing_apply_is_retried_then_fails_and_changes_nothing(
+    store: Store, coll: Collection, clock: ManualClock
+) -> None:
+    action = propose_expansion(store, coll, QUESTION, ["no-such-chunk"])
+    sched = Scheduler(context(store, coll, clock, paraphrases=False), Policy(max_attempts=2))
+    assert [r.outcome for r in sched.run()] == [Outcome.RETRY]
+    assert [r.outcome for r in sched.run()] == [Outcome.FAILED]
+    row = store.improvement_actions.get(action.action_id)
+    assert row is not None and row.status == "failed" and "none of the oracle chunks" in (row.error or "")
+    assert RegistryExpansionBackend(coll.registry).entries() == []
+    assert store.audit.timeline(action_type="remediation:expansion_cache") == []
