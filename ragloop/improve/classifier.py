@@ -3,22 +3,24 @@
 Deterministic, pure and cheap, so a stored input replays to the same diagnosis and a change to
 the tree can be measured on past traffic. The tree (thresholds in `Thresholds`):
 
-    split  = best adjacent-chunk pair whose boundary sentence scores >= split_score, gains
-             >= split_gain over every sentence inside either chunk, and whose two chunks were
-             not both in the served top k
-    oracle = candidates with oracle score >= oracle
-    1. split and no top-k chunk supports the answer as well as the split passage  -> CHUNKING
+    split  = best adjacent-chunk pair of one document whose boundary sentence scores >= split_score
+             and gains >= split_gain over every sentence (or cut fragment) inside either chunk
+    oracle = candidates with oracle score >= oracle and >= oracle_relative x the best one's
+    1. split, and no other top-k chunk supports the answer as well                 -> CHUNKING
     2. oracle empty                                                                -> KNOWLEDGE GAP
     3. oracle ∩ top k empty:  oracle ∩ top 100 non-empty -> RANKING, else            EMBEDDING
-    4. faithfulness < faithfulness and context precision >= context_precision      -> GENERATION
+    4. faithfulness (claims supported at p >= claim_support, naming nothing the context lacks)
+       < faithfulness
+       and context precision >= context_precision                                  -> GENERATION
     5.                                                                                SUCCESS
 
 Where it departs from the seed's sketch (section 4.2), and why:
 - Chunking is tested first. The seed reaches it only when no oracle chunk is in the top 100;
   but half of a split passage is usually retrieved (it shares the question's words), which
   the seed would call a ranking failure or a success, and the fix (re-chunk that document) is
-  what matters. A split whose two parts were both in the top k was seen whole by the generator:
-  not a chunking failure.
+  what matters. As the issue defines it, the failure is the boundary, not the retrieval: two
+  halves both in the top k still reach the generator as two unrelated passages, and the fix
+  (re-chunk that document) is the same; the evidence lists which parts were retrieved.
 - Knowledge gap is "no candidate reaches the oracle threshold" rather than "no oracle chunk in
   the corpus": the oracle set is what decides whether the corpus holds the answer.
 
@@ -69,14 +71,12 @@ def find_split(inp: DiagnosisInput, t: Thresholds) -> SplitCandidate | None:
     """The split passage that explains the failure, if any (tree rule 1)."""
     top_k = {h.chunk_id for h in inp.top_k()}
     score_of = {c.chunk_id: c.score for c in inp.oracle.candidates}
-    best_in_top_k = max((score_of.get(c, 0.0) for c in top_k), default=0.0)
     for s in inp.oracle.splits:
         if s.straddle_score < t.split_score or s.gain < t.split_gain:
             continue
-        if set(s.chunk_ids) <= top_k:
-            continue
-        if best_in_top_k >= s.straddle_score:
-            continue  # the generator already had a chunk that supports the answer as well
+        others = (score_of.get(c, 0.0) for c in top_k - set(s.chunk_ids))
+        if max(others, default=0.0) >= s.straddle_score:
+            continue  # the generator had another chunk that supports the answer as well
         return s
     return None
 
@@ -88,7 +88,7 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
     for h in sorted(retrieval, key=lambda h: h.rank):
         rank_of.setdefault(h.chunk_id, h.rank)
     top_k = [h.chunk_id for h in sorted(retrieval, key=lambda h: h.rank) if h.rank <= inp.k]
-    oracle = list(inp.oracle.oracle_set(t.oracle))
+    oracle = list(inp.oracle.oracle_set(t.oracle, t.oracle_relative))
     a = inp.assessment
 
     def done(mode: FailureMode, conf: float, evidence: Evidence, actions: list[ProposedAction], rule: str) -> Diagnosis:
@@ -183,12 +183,12 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
             [act],
             f"oracle not in top {t.max_rank}",
         )
-    faith, cp = a.faithfulness, a.context_precision
+    (faith, unfaithful), cp = a.faithfulness_at(t.claim_support, t.grounding), a.context_precision
     if faith is not None and faith < t.faithfulness and (cp or 0.0) >= t.context_precision:
         ev_gen = GenerationEvidence(
             faithfulness=faith,
             context_precision=cp or 0.0,
-            unfaithful_claims=a.unfaithful_claims,
+            unfaithful_claims=unfaithful,
             retrieved_context=tuple(top_k),
         )
         act = ProposedAction(

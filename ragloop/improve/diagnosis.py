@@ -13,6 +13,7 @@ the unfaithful claims come out of the same support calls as the ratio.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ragloop.evaluation.metrics.answer import SUPPORT_THRESHOLD, chunk_relevance, claims, context_precision_from
@@ -21,6 +22,49 @@ from ragloop.improve.oracle import OracleRetriever, ranked_chunks
 from ragloop.improve.types import AnswerAssessment, Diagnosis, DiagnosisInput, RankedChunk, Thresholds
 from ragloop.models.scoring.base import Scorer
 from ragloop.retrieval.types import Hit
+from ragloop.text.analysis import numbers
+from ragloop.text.tokenize import ENGLISH_STOPWORDS
+
+_NAME = re.compile(r"(?<![\w'’-])[A-Z][\w'’-]*")
+_WORD = re.compile(r"[\w'’-]+")
+_COMMON_STARTS = frozenset(
+    [
+        "however",
+        "although",
+        "also",
+        "after",
+        "before",
+        "during",
+        "since",
+        "because",
+        "while",
+        "many",
+        "most",
+        "some",
+        "one",
+        "yes",
+        "no",
+    ]
+)
+
+
+def ungrounded_names(claim: str, context: str) -> tuple[str, ...]:
+    """The claim's capitalised words (stopwords and common sentence openers aside) and numbers
+    that the context never mentions. Why: the lexical judge reads a claim with one name swapped
+    ("Karakorum allows the Council to ...") as supported, since every other word matches; a
+    name or number the context lacks is the commonest hallucination and needs no model."""
+    words = {w.lower() for w in _WORD.findall(context)}
+    words |= {w[:-1] for w in words if len(w) > 3 and w.endswith("s")}
+    out: list[str] = []
+    for m in _NAME.finditer(claim):
+        w = m.group(0).strip("'’-")
+        low = w.lower()
+        if len(w) < 2 or low in ENGLISH_STOPWORDS or low in _COMMON_STARTS:
+            continue
+        if low not in words and low.removesuffix("s") not in words:
+            out.append(w)
+    out += sorted(numbers(claim) - numbers(context))
+    return tuple(dict.fromkeys(out))
 
 
 async def assess_answer(
@@ -34,17 +78,17 @@ async def assess_answer(
 ) -> AnswerAssessment:
     """Faithfulness (share of the answer's claims the joined context supports), the claims it
     does not support, and context precision of the ranked contexts (relevance judged against
-    "question reference", as the harness does). A refusal has no claims: faithfulness None."""
+    "question reference", as the harness does). A refusal has no claims: faithfulness None.
+    Per claim it also records the judge's probability and the names and numbers the context
+    lacks, so the tree can apply its own support threshold and grounding check on replay."""
     cs = [] if refused else claims(answer)
     faith: float | None = None
     unfaithful: tuple[str, ...] = ()
+    ps: list[float] = []
+    joined = "\n\n".join(contexts)
     if cs:
-        if contexts:
-            joined = "\n\n".join(contexts)
-            judged = await judge.support(cs, [joined] * len(cs))
-            ok = [j.p >= SUPPORT_THRESHOLD for j in judged]
-        else:
-            ok = [False] * len(cs)
+        ps = [float(j.p) for j in await judge.support(cs, [joined] * len(cs))] if contexts else [0.0] * len(cs)
+        ok = [p >= SUPPORT_THRESHOLD for p in ps]
         faith = sum(ok) / len(cs)
         unfaithful = tuple(c for c, good in zip(cs, ok, strict=True) if not good)
     query = f"{question} {reference}".strip() if reference else question
@@ -55,6 +99,9 @@ async def assess_answer(
         unfaithful_claims=unfaithful,
         refused=refused,
         judge=judge.name,
+        claims=tuple(cs),
+        claim_support=tuple(round(p, 6) for p in ps),
+        claim_ungrounded=tuple(ungrounded_names(c, joined) for c in cs),
     )
 
 

@@ -16,9 +16,9 @@ retrieval, k = 5, the real embedder):
   (`NoisyQueryEmbedder`); no answer-bearing chunk in its top 100.
 - knowledge_gap: the gold paragraph removed from the collection; kept only when no remaining
   chunk is answer-bearing (otherwise the removal made no gap).
-- chunking_failure: the gold paragraph re-chunked into two chunks cut inside the answer sentence,
-  right before the answer when more of the sentence precedes it, else right after; kept when
-  the served top k does not hold both parts nor another answer-bearing chunk.
+- chunking_failure: the gold paragraph (holding its answer once) re-chunked into two chunks cut
+  inside the answer sentence, between the answer and the side of the sentence holding more of
+  the question's terms; kept when the served top k holds no other answer-bearing chunk.
 
 Every other case of a class is served by the same edited collection, so a case never sees a
 collection edited for another class. Answers of the non-generation classes come from
@@ -119,18 +119,25 @@ def _count(text: str, q: SquadQuestion) -> int:
     return text.lower().count(q.answers[0].lower())
 
 
-def cut_offset(text: str, answer: str, min_words: int = 3) -> int | None:
-    """Where to cut `text` so its answer sentence crosses the boundary: before the answer when
-    at least `min_words` of the sentence precede it, else after it when as many follow."""
+def cut_offset(text: str, answer: str, question: str, min_words: int = 3) -> int | None:
+    """Where to cut `text` so its answer sentence crosses the boundary with the answer on one
+    side and the words that tie it to the question on the other: before the answer when the
+    sentence's part before it holds at least as many of the question's content terms as the
+    part after, else after it. None when that side has fewer than `min_words` words or none of
+    the question's terms (the cut would not separate anything)."""
     found = answer_sentence(text, answer)
     if found is None:
         return None
     s_start, s_end, a_start, a_end = found
-    before = len(text[s_start:a_start].split())
-    after = len(text[a_end:s_end].split())
-    if before >= max(after, min_words) and a_start > 0 and text[a_start - 1].isspace():
-        return a_start
-    if after >= min_words:
+    terms = content_terms(question)
+    head, tail = text[s_start:a_start], text[a_end:s_end]
+    before = (len(terms & content_terms(head)), len(head.split()))
+    after = (len(terms & content_terms(tail)), len(tail.split()))
+    if before[0] >= after[0]:
+        if before[0] and before[1] >= min_words and a_start > 0 and text[a_start - 1].isspace():
+            return a_start
+        return None
+    if after[1] >= min_words:
         m = re.match(r"[^\s]*\s", text[a_end:])
         return a_end + (m.end() if m else 0)
     return None
@@ -145,7 +152,7 @@ class SquadInjector:
         *,
         per_class: int = 60,
         k: int = 5,
-        sigma: float = 1.5,
+        sigma: float = 10.0,
         seed: int = 12,
     ) -> None:
         """`per_class`: cases per class and part before verification; `sigma`: the query
@@ -245,11 +252,9 @@ class SquadInjector:
         for part in ("dev", "test"):
             pool = [q for q in answerable if part_of[q.title] == part]
             order = rng.permutation(len(pool))
-            foreign_all = [q for q in answerable if part_of[q.title] == part]
             counts = dict.fromkeys(CLASSES, 0)
             quota = {c: self.per_class for c in CLASSES}
-            # verification drops most (both halves are often in the top k): offer every paragraph
-            quota[FailureMode.CHUNKING_FAILURE] = self.per_class * 4
+            quota[FailureMode.CHUNKING_FAILURE] = int(self.per_class * 1.3)  # verification drops some
             used_gap: set[str] = set()
             used_cut: set[str] = set()
             for j in order:
@@ -278,7 +283,7 @@ class SquadInjector:
                 ):
                     eligible.append(FailureMode.KNOWLEDGE_GAP)
                 para = self._text_of_pid[q.paragraph_id]
-                offset = cut_offset(para, q.answers[0])
+                offset = cut_offset(para, q.answers[0], q.question)
                 # the answer once in its paragraph: no other sentence of either half can carry it
                 if healthy and q.paragraph_id not in used_cut and offset is not None and _count(para, q) == 1:
                     eligible.append(FailureMode.CHUNKING_FAILURE)
@@ -299,7 +304,7 @@ class SquadInjector:
                         cases.append(self._case(label, part, q, BASE, self.k, ranked, texts, injection="untouched"))
                     elif label is FailureMode.GENERATION_FAILURE:
                         ctx = [texts[h.chunk_id] for h in ranked if h.rank <= self.k]
-                        foreign = [f for f in foreign_all if f.title != q.title]
+                        foreign = [f for f in answerable if f.title != q.title]
                         ans, how = self._corrupt(counts[label], q, ctx, foreign)
                         cases.append(self._case(label, part, q, BASE, self.k, ranked, texts, answer=ans, injection=how))
                     elif label is FailureMode.RANKING_FAILURE:
@@ -359,9 +364,8 @@ class SquadInjector:
             doc = self._doc_of_pid[q.paragraph_id]
             ranked = ranked_chunks(served.retrieve(q.question, DEPTH))
             top = [h for h in ranked if h.rank <= self.k]
-            halves = [h for h in top if h.doc_id == doc]
             others = [h for h in top if h.doc_id != doc and self._bearing(cut_texts[h.chunk_id], q)]
-            if len(halves) == 2 or others:
+            if others:
                 dropped[FailureMode.CHUNKING_FAILURE.value] += 1
                 continue
             kept[part] += 1

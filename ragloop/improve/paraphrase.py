@@ -25,15 +25,17 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
 
 from ragloop.improve.types import QueryVariant, VariantKind
 from ragloop.ingest.types import Chunk
-from ragloop.models.chat.base import ChatModel, ChatRequest
 from ragloop.models.errors import ModelError
 from ragloop.text.tokenize import Tokenizer
+
+if TYPE_CHECKING:  # the chat package pulls in SQLAlchemy (its cache); the offline path never needs it
+    from ragloop.models.chat.base import ChatModel
 
 _WORD = re.compile(r"[A-Za-z0-9][\w'’-]*")
 _QUESTION_WORDS = frozenset(
@@ -189,6 +191,8 @@ class ChatParaphraser:
         self.name = f"chat:{model.name}"
 
     async def paraphrase(self, question: str, n: int = 3) -> list[QueryVariant]:
+        from ragloop.models.chat.base import ChatRequest
+
         req = ChatRequest.user(
             PROMPT.format(n=n, question=question),
             output_type=_Paraphrases,

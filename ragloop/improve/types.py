@@ -70,14 +70,14 @@ class OracleChunk(_Frozen):
     doc_id: str
     ordinal: int
     score: float
-    """max over the ideal answer's claims of P(claim supported by this chunk)."""
+    """How well the chunk supports the ideal answer (`oracle.score_texts`)."""
     found_by: tuple[VariantKind, ...]
     evidence: str = ""
     """The chunk's sentence that decided the score."""
     query_cosine: float = 0.0
     """cos(question vector, chunk vector) in the collection's own embedding space."""
     coverage: float | None = None
-    """Share of a short ideal answer's content terms the chunk mentions (a factor of `score`)."""
+    """Share of the ideal answer's content terms the chunk mentions (a factor of `score`)."""
 
 
 class SplitCandidate(_Frozen):
@@ -119,8 +119,11 @@ class OracleResult(_Frozen):
     corpus_chunks: int = 0
     latency_ms: float = 0.0
 
-    def oracle_set(self, threshold: float) -> tuple[OracleChunk, ...]:
-        return tuple(c for c in self.candidates if c.score >= threshold)
+    def oracle_set(self, threshold: float, relative: float = 0.0) -> tuple[OracleChunk, ...]:
+        """Candidates scoring >= `threshold` and >= `relative` x the best candidate's score."""
+        best = self.candidates[0].score if self.candidates else 0.0
+        floor = max(threshold, relative * best)
+        return tuple(c for c in self.candidates if c.score >= floor)
 
     @property
     def best(self) -> OracleChunk | None:
@@ -128,13 +131,36 @@ class OracleResult(_Frozen):
 
 
 class AnswerAssessment(_Frozen):
-    """The served answer as the harness metrics read it (ragloop.evaluation.metrics.answer)."""
+    """The served answer as the harness metrics read it (ragloop.evaluation.metrics.answer).
+
+    `faithfulness` and `unfaithful_claims` are the harness's (a claim is supported at p >= 0.5);
+    `claims` with their `claim_support` probabilities let the tree apply its own support
+    threshold, which is measured per judge (an uncalibrated offline judge passes entity swaps
+    at 0.5)."""
 
     faithfulness: float | None
     context_precision: float | None
     unfaithful_claims: tuple[str, ...] = ()
     refused: bool = False
     judge: str = ""
+    claims: tuple[str, ...] = ()
+    claim_support: tuple[float, ...] = ()
+    claim_ungrounded: tuple[tuple[str, ...], ...] = ()
+    """Per claim: its names and numbers the context never mentions (`diagnosis.ungrounded_names`)."""
+
+    def faithfulness_at(self, threshold: float, grounding: bool = False) -> tuple[float | None, tuple[str, ...]]:
+        """(share of claims supported at p >= threshold, and with `grounding` naming nothing the
+        context lacks; the other claims); the harness's values when the per-claim probabilities
+        were not recorded."""
+        if not self.claim_support or len(self.claims) != len(self.claim_support):
+            return self.faithfulness, self.unfaithful_claims
+        loose = [()] * len(self.claims) if len(self.claim_ungrounded) != len(self.claims) else self.claim_ungrounded
+        bad = tuple(
+            c
+            for c, p, u in zip(self.claims, self.claim_support, loose, strict=True)
+            if p < threshold or (grounding and u)
+        )
+        return (len(self.claims) - len(bad)) / len(self.claims), bad
 
 
 class DiagnosisInput(_Frozen):
@@ -156,17 +182,25 @@ class DiagnosisInput(_Frozen):
 
 
 class Thresholds(_Frozen):
-    """The decision tree's constants. Defaults are the values chosen on the dev part of the
-    injected-failure set (benchmarks/diagnosis_accuracy.py); the seed's 0.7 / 0.8 are the
-    starting point of the faithfulness / context-precision search."""
+    """The decision tree's constants. The defaults are the values `search_thresholds` chose on
+    the dev part of the injected-failure set (benchmarks/results/diagnosis_accuracy.md) for the
+    `lexical` scorer as oracle scorer and judge; another scorer needs its own search."""
 
-    oracle: float = 0.5
+    oracle: float = 0.4
     """A candidate with score >= this is in the oracle set; none above it: knowledge gap."""
-    split_gain: float = 0.2
+    oracle_relative: float = 0.7
+    """...and with score >= this share of the best candidate's: a chunk that merely shares the
+    answer's words is no oracle chunk next to one that states it (seed 6.2's false-positive
+    rejection)."""
+    split_gain: float = 0.02
     """straddle_score - inside_score needed to call a passage split across chunks."""
-    split_score: float = 0.5
+    split_score: float = 0.2
     """...and the straddling sentence itself must score at least this."""
     faithfulness: float = 0.7
+    claim_support: float = 0.5
+    """A claim of the answer counts as supported at this judge probability (the harness: 0.5)..."""
+    grounding: bool = True
+    """...and only when the context mentions each of its names and numbers."""
     context_precision: float = 0.3
     max_rank: int = 100
     """Ranks the classifier reads (the seed's top 100)."""

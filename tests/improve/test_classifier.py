@@ -26,7 +26,16 @@ from ragloop.improve.types import (
     VariantKind,
 )
 
-T = Thresholds(oracle=0.5, split_gain=0.2, split_score=0.5, faithfulness=0.7, context_precision=0.3)
+T = Thresholds(
+    oracle=0.5,
+    oracle_relative=0.0,
+    split_gain=0.2,
+    split_score=0.5,
+    faithfulness=0.7,
+    claim_support=0.5,
+    grounding=True,
+    context_precision=0.3,
+)
 
 
 def ranked(*ids: str) -> tuple[RankedChunk, ...]:
@@ -181,12 +190,18 @@ def test_chunking_failure_with_nothing_above_the_oracle_threshold() -> None:
     [
         (split(straddle=0.9, inside=0.8), "gain below split_gain"),
         (split(straddle=0.45, inside=0.0), "straddling sentence below split_score"),
-        (split("c1", "c2"), "both parts were in the top k: the generator saw the passage whole"),
     ],
 )
 def test_split_candidates_that_do_not_explain_the_failure(sp: SplitCandidate, why: str) -> None:
     inp = make(TOP, [cand("c7", 0.6, doc="doc-x")], splits=(sp,))
     assert classify(inp, T).mode is not FailureMode.CHUNKING_FAILURE, why
+
+
+def test_a_split_is_a_chunking_failure_even_with_both_parts_retrieved() -> None:
+    inp = make(TOP, [cand("c1", 0.6, doc="doc-x"), cand("c2", 0.3, doc="doc-x")], splits=(split("c1", "c2"),))
+    d = classify(inp, T)
+    assert d.mode is FailureMode.CHUNKING_FAILURE
+    assert isinstance(d.evidence, ChunkingEvidence) and d.evidence.retrieved_parts == ("c1", "c2")
 
 
 def test_a_top_k_chunk_as_good_as_the_split_passage_wins() -> None:
@@ -198,6 +213,15 @@ def test_thresholds_move_the_boundaries() -> None:
     inp = make(TOP, [cand("c40", 0.55)])
     assert classify(inp, T).mode is FailureMode.RANKING_FAILURE
     assert classify(inp, T.model_copy(update={"oracle": 0.6})).mode is FailureMode.KNOWLEDGE_GAP
+
+
+def test_the_relative_cut_drops_chunks_that_only_share_the_answers_words() -> None:
+    # the oracle's best chunk (0.9) is at rank 30; a 0.55 chunk in the top k only names the answer
+    inp = make(TOP, [cand("c30", 0.9), cand("c2", 0.55)])
+    assert classify(inp, T).mode is FailureMode.RETRIEVAL_SUCCESS
+    d = classify(inp, T.model_copy(update={"oracle_relative": 0.7}))
+    assert d.mode is FailureMode.RANKING_FAILURE
+    assert [m.chunk_id for m in d.evidence.missed] == ["c30"]  # type: ignore[union-attr]
 
 
 def test_confidence_grows_with_the_margin() -> None:
@@ -214,3 +238,19 @@ def test_inputs_replay_from_json_to_the_same_diagnosis() -> None:
     first, second = classify(inp, T), classify(again, T)
     assert first == second
     assert first.model_dump(mode="json") == json.loads(first.model_dump_json())
+
+
+def test_the_tree_applies_its_own_claim_support_threshold() -> None:
+    # the judge passed an entity swap at p = 0.6 (>= the harness's 0.5): faithful at 0.5, not at 0.8
+    claims = ("Karakorum allows the Council to govern mergers.",)
+    inp = make(TOP, [cand("c1", 0.9)], faith=1.0, cp=1.0)
+    inp = inp.model_copy(
+        update={"assessment": inp.assessment.model_copy(update={"claims": claims, "claim_support": (0.6,)})}
+    )
+    assert classify(inp, T).mode is FailureMode.RETRIEVAL_SUCCESS
+    d = classify(inp, T.model_copy(update={"claim_support": 0.8}))
+    assert d.mode is FailureMode.GENERATION_FAILURE
+    assert isinstance(d.evidence, GenerationEvidence)
+    assert d.evidence.unfaithful_claims == claims and d.evidence.faithfulness == 0.0
+    # without per-claim probabilities the harness's values stand
+    assert inp.assessment.model_copy(update={"claim_support": ()}).faithfulness_at(0.99) == (1.0, ())

@@ -19,7 +19,7 @@ from ragloop.models.errors import TransientModelError
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
-from tests.agent.conftest import HASHED
+from tests.agent.conftest import DOCS, HASHED
 from tests.improve.conftest import IDEAL, QUESTION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,14 +43,24 @@ def test_the_ideal_answer_finds_and_scores_the_supporting_chunk(oracle: OracleRe
     assert [c.chunk_id for c in r.oracle_set(0.5)] == [r.best.chunk_id]
 
 
-def test_a_sentence_long_ideal_answer_is_scored_by_support(oracle: OracleRetriever) -> None:
+def test_a_sentence_long_ideal_answer_is_its_own_query(oracle: OracleRetriever) -> None:
     ideal = "The Zorblat Bridge was completed in 1887 by the engineer Marta Quill."
-    assert not IdealAnswer(QUESTION, ideal).short
     r = run(oracle, ideal=ideal)
     assert r.variants[1].text == ideal
-    assert r.best is not None and r.best.doc_id == "bridge.md"
-    others = [c.score for c in r.candidates if c.doc_id != "bridge.md"]
-    assert max(others) < r.best.score
+    assert r.best is not None and r.best.doc_id == "bridge.md" and r.best.coverage == 1.0
+    others = [c for c in r.candidates if c.doc_id != "bridge.md"]
+    assert max(c.score for c in others) < r.best.score
+    # partial coverage counts squared: "Marta Quill" alone is a fraction of the answer
+    tower = next(c for c in others if c.doc_id == "tower.md")
+    assert tower.coverage is not None and 0 < tower.coverage < 1
+
+
+def test_coverage_of_the_ideal_answer() -> None:
+    ideal = IdealAnswer(QUESTION, "Marta Quill")
+    assert ideal.coverage("Quill designed it") == 0.5
+    assert ideal.coverage("Marta Quill designed it") == 1.0
+    assert IdealAnswer("Which letter?", "k").coverage("a factor less than k") == 1.0
+    assert IdealAnswer("Which letter?", "k").coverage("a factor less than n") == 0.0
 
 
 def test_the_oracle_repeats_exactly(coll: Collection) -> None:
@@ -146,14 +156,14 @@ def test_paraphrases_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
         "import json, sys\n"
         "from ragloop.improve.paraphrase import ChatParaphraser, OfflineParaphraser, Vocabulary\n"
         "from ragloop.ingest.types import Chunk\n"
-        "from tests.agent.conftest import DOCS\n"
+        f"DOCS = {dict(DOCS)!r}\n"
         "chunks = [Chunk(k, k, 0, v) for k, v in DOCS.items()]\n"
         "p = OfflineParaphraser(Vocabulary.from_chunks(chunks))\n"
         "qs = ['When was the Zorblat Bridge completed?', 'Who designed the tower in Ostria?', 'How tall is it']\n"
         "print(json.dumps([p.variants(q) for q in qs]))\n"
     )
     outs = set()
-    for seed in ("1", "2", "12345"):
+    for seed in ("1", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
         outs.add(done.stdout)
