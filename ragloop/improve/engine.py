@@ -49,10 +49,11 @@ from ragloop.models.scoring.base import Scorer
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
 from ragloop.store import Job, LeaseLostError, NotFoundError, Store
+from ragloop.store.vocabulary import DiagnosisStatus, JobStatus, Tier
 
 log = logging.getLogger("ragloop.improve")
 
-DIAGNOSIS_TIER = "diagnosis"
+DIAGNOSIS_TIER = Tier.DIAGNOSIS
 PARAPHRASE_FAILED = "chat model failed"
 
 
@@ -145,10 +146,10 @@ def request_diagnosis(store: Store, answer_id: str, reasons: list[str]) -> Job:
     diagnosis job that died (e.g. skipped for want of an ideal answer) is queued again."""
     with store.db.transaction():
         row = store.diagnoses.open(answer_id, reasons=reasons)
-        if row.status == "skipped":  # something new to diagnose against may have arrived (a correction)
+        if row.status == DiagnosisStatus.SKIPPED:  # something new to diagnose against may have arrived (a correction)
             store.diagnoses.reopen(answer_id, reasons[0] if reasons else "requested")
         job = store.queue.enqueue(answer_id, DIAGNOSIS_TIER, {"reasons": reasons})
-        if job.status == "dead":
+        if job.status == JobStatus.DEAD:
             job = store.queue.requeue(job.job_id)
         return job
 
@@ -423,7 +424,7 @@ class DiagnosisEngine:
             if dead.tier != DIAGNOSIS_TIER:
                 continue
             row = self.store.diagnoses.get(dead.answer_id)
-            if row is not None and row.status in ("pending", "retrying"):
+            if row is not None and row.status in (DiagnosisStatus.PENDING, DiagnosisStatus.RETRYING):
                 self.store.diagnoses.fail(
                     dead.answer_id, f"dead letter: {dead.dead_reason or dead.last_error or 'unknown'}", final=True
                 )

@@ -25,16 +25,14 @@ from sqlalchemy import CheckConstraint, Float, ForeignKey, Index, Integer, Strin
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ragloop.store.models import ANSWER_ID, SHORT, Base, NullableJSON, _in, new_id, utcnow
+from ragloop.store.vocabulary import ActionStatus, DiagnosisStatus, GapStatus
 
-DIAGNOSIS_STATUSES = ("pending", "retrying", "completed", "failed", "skipped")
-"""pending: selected, not tried yet; retrying: an attempt failed (see `error`), another is due;
-completed: diagnosed; failed: given up after the last attempt (the error says why); skipped: nothing
-to diagnose against yet (no correction, reference or judge answer), selected again once one arrives."""
-KNOWLEDGE_GAP_STATUSES = ("open", "addressed", "dismissed")
-ACTION_STATUSES = ("proposed", "scheduled", "applied", "kept", "reverted", "failed", "rejected")
+DIAGNOSIS_STATUSES: tuple[DiagnosisStatus, ...] = tuple(DiagnosisStatus)
+KNOWLEDGE_GAP_STATUSES: tuple[GapStatus, ...] = tuple(GapStatus)
+ACTION_STATUSES: tuple[ActionStatus, ...] = tuple(ActionStatus)
 """proposed → scheduled (claimed by a scheduler) → applied → kept | reverted; scheduled → failed (or back
 to proposed for a retry); proposed → rejected (by the scheduler's rules or an admin)."""
-ACTION_OPEN = ("proposed", "scheduled")
+ACTION_OPEN: tuple[ActionStatus, ...] = (ActionStatus.PROPOSED, ActionStatus.SCHEDULED)
 
 
 class DiagnosisRecord(Base):
@@ -44,7 +42,7 @@ class DiagnosisRecord(Base):
 
     diagnosis_id: Mapped[str] = mapped_column(ANSWER_ID, primary_key=True, default=new_id)
     answer_id: Mapped[str] = mapped_column(ANSWER_ID, ForeignKey("answers.answer_id", ondelete="CASCADE"), unique=True)
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status: Mapped[str] = mapped_column(String(16), default=DiagnosisStatus.PENDING)
     reasons: Mapped[list[Any]] = mapped_column(default=list)
     """Why the answer was selected: negative_feedback, correction, low_heuristic_score, judged_wrong."""
     ideal_answer: Mapped[str | None] = mapped_column(Text)
@@ -96,7 +94,7 @@ class KnowledgeGap(Base):
     best_chunk_id: Mapped[str | None] = mapped_column(SHORT)
     best_score: Mapped[float | None] = mapped_column(Float)
     evidence: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    status: Mapped[str] = mapped_column(String(16), default="open")
+    status: Mapped[str] = mapped_column(String(16), default=GapStatus.OPEN)
     first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -114,7 +112,7 @@ class ImprovementAction(Base):
     action_id: Mapped[str] = mapped_column(ANSWER_ID, primary_key=True, default=new_id)
     kind: Mapped[str] = mapped_column(String(32))
     """An `ActionKind` value (not constrained here: new kinds need no migration)."""
-    status: Mapped[str] = mapped_column(String(16), default="proposed")
+    status: Mapped[str] = mapped_column(String(16), default=ActionStatus.PROPOSED)
     component: Mapped[str] = mapped_column(String(255))
     """What it changes, for conflict serialisation: `expansion_cache`, `doc:<collection>/<doc_id>`, `pipeline`…"""
     dedupe_key: Mapped[str] = mapped_column(String(255))

@@ -25,6 +25,9 @@ class Tier(StrEnum):
     HUMAN_CANDIDATE = "human_candidate"
     """A job only, never an evaluation: an answer held for the capped daily review intake
     (`ragloop.improve.review_intake`); no worker claims these jobs."""
+    DIAGNOSIS = "diagnosis"
+    """A job only, never an evaluation: the failure diagnosis of an answer (`ragloop.improve.engine`),
+    claimed by workers that have a `DiagnosisEngine`; its verdict is a `diagnoses` row."""
 
 
 EvaluationTier = Literal[Tier.HEURISTIC, Tier.LLM_JUDGE, Tier.HUMAN]
@@ -78,3 +81,40 @@ ReviewFailureMode = Literal[
 """What a human reviewer may label an answer with (`POST /v1/review/{answer_id}`): the five failure
 modes, plus a coarse `retrieval_failure` for a reviewer who cannot tell which retrieval stage failed.
 `retrieval_success` is a classifier outcome, not a reviewer's label."""
+
+
+class DiagnosisStatus(StrEnum):
+    """A failure diagnosis's state (`diagnoses`, `ragloop.store.repositories.diagnoses`)."""
+
+    PENDING = "pending"
+    """Selected, not tried yet."""
+    RETRYING = "retrying"
+    """An attempt failed (its error kept); another is due."""
+    COMPLETED = "completed"
+    FAILED = "failed"
+    """Given up after the last attempt; the error says why."""
+    SKIPPED = "skipped"
+    """Nothing to diagnose against yet (no correction, reference or judge answer)."""
+
+
+class ActionStatus(StrEnum):
+    """An improvement action's state (`improvement_actions`, `ragloop.store.repositories.improvement_actions`)."""
+
+    PROPOSED = "proposed"
+    SCHEDULED = "scheduled"
+    """Claimed by a scheduler, under a lease."""
+    APPLIED = "applied"
+    KEPT = "kept"
+    """Audited and kept."""
+    REVERTED = "reverted"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    """Refused by the scheduler's rules (cap, evidence threshold) or an admin."""
+
+
+class GapStatus(StrEnum):
+    """A knowledge-gap group's state (`knowledge_gaps`)."""
+
+    OPEN = "open"
+    ADDRESSED = "addressed"
+    DISMISSED = "dismissed"

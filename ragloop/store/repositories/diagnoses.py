@@ -26,6 +26,7 @@ from ragloop.store.db import Database
 from ragloop.store.improve_models import DIAGNOSIS_STATUSES, DiagnosisRecord
 from ragloop.store.models import Answer, Evaluation, UserFeedback, utcnow
 from ragloop.store.repositories._base import NotFoundError, _require
+from ragloop.store.vocabulary import DiagnosisStatus, EvaluationStatus, Tier
 
 MAX_ERROR_CHARS = 4000
 
@@ -62,7 +63,7 @@ class Diagnoses:
                 _require(s, Answer, answer_id)
                 row = DiagnosisRecord(
                     answer_id=answer_id,
-                    status="pending",
+                    status=DiagnosisStatus.PENDING,
                     reasons=list(dict.fromkeys(reasons)),
                     ideal_answer=ideal_answer,
                     ideal_source=ideal_source,
@@ -77,8 +78,8 @@ class Diagnoses:
                 merged = list(dict.fromkeys([*row.reasons, *reasons]))
                 if merged != row.reasons:
                     row.reasons, row.updated_at = merged, now
-                if row.status == "skipped" and ideal_answer:
-                    row.status, row.error, row.updated_at = "pending", None, now
+                if row.status == DiagnosisStatus.SKIPPED and ideal_answer:
+                    row.status, row.error, row.updated_at = DiagnosisStatus.PENDING, None, now
                     row.ideal_answer, row.ideal_source = ideal_answer, ideal_source
             s.flush()
             return row
@@ -88,12 +89,12 @@ class Diagnoses:
         a correction arrives. Created if absent; a diagnosis that has an ideal answer, or is under way or
         done, is left alone."""
         row = self.open(answer_id, reasons=reasons)
-        if row.status != "pending" or row.attempts or row.ideal_answer:
+        if row.status != DiagnosisStatus.PENDING or row.attempts or row.ideal_answer:
             return row
         with self.db.transaction() as s:
             row = self._locked(s, answer_id)
-            if row.status == "pending" and not row.ideal_answer:
-                row.status, row.error, row.updated_at = "skipped", reason[:MAX_ERROR_CHARS], self.clock()
+            if row.status == DiagnosisStatus.PENDING and not row.ideal_answer:
+                row.status, row.error, row.updated_at = DiagnosisStatus.SKIPPED, reason[:MAX_ERROR_CHARS], self.clock()
             s.flush()
             return row
 
@@ -116,7 +117,7 @@ class Diagnoses:
         now = self.clock()
         with self.db.transaction() as s:
             row = self._locked(s, answer_id)
-            row.status, row.attempts, row.error = "completed", row.attempts + 1, None
+            row.status, row.attempts, row.error = DiagnosisStatus.COMPLETED, row.attempts + 1, None
             row.failure_mode, row.confidence, row.rule = failure_mode, float(confidence), rule
             row.evidence, row.actions = dict(evidence), [dict(a) for a in actions]
             row.diagnosis_input = dict(diagnosis_input) if diagnosis_input is not None else None
@@ -136,7 +137,7 @@ class Diagnoses:
         """Record a failed attempt: `retrying` while attempts are left, `failed` after the last one."""
         with self.db.transaction() as s:
             row = self._locked(s, answer_id)
-            row.status = "failed" if final else "retrying"
+            row.status = DiagnosisStatus.FAILED if final else DiagnosisStatus.RETRYING
             row.attempts, row.error, row.updated_at = row.attempts + 1, error[:MAX_ERROR_CHARS], self.clock()
             s.flush()
             return row
@@ -145,7 +146,7 @@ class Diagnoses:
         """A failed diagnosis back to pending (after fixing what failed it), attempts reset."""
         with self.db.transaction() as s:
             row = self._locked(s, answer_id)
-            row.status, row.attempts, row.updated_at = "pending", 0, self.clock()
+            row.status, row.attempts, row.updated_at = DiagnosisStatus.PENDING, 0, self.clock()
             row.reasons = list(dict.fromkeys([*row.reasons, reason]))
             s.flush()
             return row
@@ -194,7 +195,7 @@ class Diagnoses:
         """Diagnoses by status (zeros included)."""
         with self.db.transaction(write=False) as s:
             rows = s.execute(select(DiagnosisRecord.status, func.count()).group_by(DiagnosisRecord.status)).all()
-        out = dict.fromkeys(DIAGNOSIS_STATUSES, 0)
+        out: dict[str, int] = {str(s): 0 for s in DIAGNOSIS_STATUSES}
         out.update({st: int(n) for st, n in rows})
         return out
 
@@ -202,7 +203,7 @@ class Diagnoses:
         """Completed diagnoses by failure mode."""
         stmt = (
             select(DiagnosisRecord.failure_mode, func.count())
-            .where(DiagnosisRecord.status == "completed")
+            .where(DiagnosisRecord.status == DiagnosisStatus.COMPLETED)
             .group_by(DiagnosisRecord.failure_mode)
         )
         with self.db.transaction(write=False) as s:
@@ -221,18 +222,20 @@ class Diagnoses:
             UserFeedback.corrected_answer.is_not(None),
             UserFeedback.corrected_answer != "",
         )
-        skipped = exists().where(DiagnosisRecord.answer_id == Answer.answer_id, DiagnosisRecord.status == "skipped")
+        skipped = exists().where(
+            DiagnosisRecord.answer_id == Answer.answer_id, DiagnosisRecord.status == DiagnosisStatus.SKIPPED
+        )
         undiagnosed = or_(~exists().where(DiagnosisRecord.answer_id == Answer.answer_id), and_(skipped, corrected))
         low = exists().where(
             Evaluation.answer_id == Answer.answer_id,
-            Evaluation.evaluation_tier == "heuristic",
-            Evaluation.status == "completed",
+            Evaluation.evaluation_tier == Tier.HEURISTIC,
+            Evaluation.status == EvaluationStatus.COMPLETED,
             Evaluation.heuristic_score < heuristic_threshold,
         )
         judged = exists().where(
             Evaluation.answer_id == Answer.answer_id,
-            Evaluation.evaluation_tier == "llm_judge",
-            Evaluation.status == "completed",
+            Evaluation.evaluation_tier == Tier.LLM_JUDGE,
+            Evaluation.status == EvaluationStatus.COMPLETED,
         )
         stmt = select(
             Answer.answer_id, negative.label("neg"), corrected.label("cor"), low.label("low"), judged.label("judged")
@@ -264,8 +267,8 @@ class Diagnoses:
             .where(
                 and_(
                     Evaluation.answer_id == answer_id,
-                    Evaluation.evaluation_tier == "llm_judge",
-                    Evaluation.status == "completed",
+                    Evaluation.evaluation_tier == Tier.LLM_JUDGE,
+                    Evaluation.status == EvaluationStatus.COMPLETED,
                 )
             )
             .order_by(Evaluation.evaluated_at.desc(), Evaluation.eval_id.desc())

@@ -40,6 +40,7 @@ from ragloop.store.db import Database
 from ragloop.store.improve_models import ACTION_STATUSES, ImprovementAction
 from ragloop.store.models import new_id, utcnow
 from ragloop.store.repositories._base import NotFoundError, StoreConflictError, _serialize
+from ragloop.store.vocabulary import ActionStatus
 
 ACTIONS = cast(Table, ImprovementAction.__table__)
 A = ACTIONS.c
@@ -88,7 +89,7 @@ class ImprovementActions:
                 .values(
                     action_id=new_id(),
                     kind=kind,
-                    status="proposed",
+                    status=ActionStatus.PROPOSED,
                     component=component,
                     dedupe_key=dedupe_key,
                     domain=domain,
@@ -115,7 +116,7 @@ class ImprovementActions:
                 .with_for_update()
             )
             assert row is not None
-            if not created and row.status == "proposed":
+            if not created and row.status == ActionStatus.PROPOSED:
                 merged = list(dict.fromkeys([*row.answer_ids, *answer_ids]))[:MAX_ANSWER_IDS]
                 if merged != row.answer_ids or priority > row.priority:
                     row.answer_ids = merged
@@ -148,7 +149,7 @@ class ImprovementActions:
             busy = exists().where(
                 other.component == A.component,
                 other.action_id != A.action_id,
-                other.status == "scheduled",
+                other.status == ActionStatus.SCHEDULED,
                 other.lease_expires_at > now,
             )
             conds: list[ColumnElement[bool]] = [due, ~busy]
@@ -165,7 +166,7 @@ class ImprovementActions:
                 update(ACTIONS)
                 .where(A.action_id == action_id, due)
                 .values(
-                    status="scheduled",
+                    status=ActionStatus.SCHEDULED,
                     claimed_by=claimer,
                     lease_expires_at=now + timedelta(seconds=lease_seconds),
                     attempts=A.attempts + 1,
@@ -173,11 +174,15 @@ class ImprovementActions:
                 )
             )
             row = s.get(ImprovementAction, action_id, populate_existing=True)
-            return row if row is not None and row.status == "scheduled" and row.claimed_by == claimer else None
+            return (
+                row if row is not None and row.status == ActionStatus.SCHEDULED and row.claimed_by == claimer else None
+            )
 
     @staticmethod
     def _due(now: datetime) -> ColumnElement[bool]:
-        return or_(A.status == "proposed", and_(A.status == "scheduled", A.lease_expires_at <= now))
+        return or_(
+            A.status == ActionStatus.PROPOSED, and_(A.status == ActionStatus.SCHEDULED, A.lease_expires_at <= now)
+        )
 
     # ---------------------------------------------------------------- transitions
 
@@ -189,7 +194,7 @@ class ImprovementActions:
             raise NotFoundError(f"no improvement action {action_id!r}")
         if row.status not in allowed:
             raise StoreConflictError(f"action {action_id} is {row.status}; it cannot become {to}")
-        if claimer is not None and row.status == "scheduled" and row.claimed_by != claimer:
+        if claimer is not None and row.status == ActionStatus.SCHEDULED and row.claimed_by != claimer:
             raise StoreConflictError(f"action {action_id} is scheduled by {row.claimed_by}, not {claimer}")
         row.status, row.updated_at = to, self.clock()
         return row
@@ -205,7 +210,7 @@ class ImprovementActions:
     ) -> ImprovementAction:
         """scheduled → applied; `audit_after_s` sets when the auditor measures it."""
         with self.db.transaction() as s:
-            row = self._transition(s, action_id, ("scheduled",), "applied", claimer)
+            row = self._transition(s, action_id, (ActionStatus.SCHEDULED,), ActionStatus.APPLIED, claimer)
             now = row.updated_at
             row.applied_at, row.lease_expires_at, row.error = now, None, None
             if revert_payload is not None:
@@ -222,7 +227,13 @@ class ImprovementActions:
     ) -> ImprovementAction:
         """scheduled → failed, or with `retry` back to proposed (the error kept for the next attempt)."""
         with self.db.transaction() as s:
-            row = self._transition(s, action_id, ("scheduled",), "proposed" if retry else "failed", claimer)
+            row = self._transition(
+                s,
+                action_id,
+                (ActionStatus.SCHEDULED,),
+                ActionStatus.PROPOSED if retry else ActionStatus.FAILED,
+                claimer,
+            )
             row.error, row.lease_expires_at = error[:MAX_ERROR_CHARS], None
             if retry:
                 row.claimed_by = None
@@ -232,7 +243,7 @@ class ImprovementActions:
     def mark_kept(self, action_id: str, *, actual_delta: Mapping[str, Any] | None = None) -> ImprovementAction:
         """applied → kept: the auditor measured it and it stays."""
         with self.db.transaction() as s:
-            row = self._transition(s, action_id, ("applied",), "kept")
+            row = self._transition(s, action_id, (ActionStatus.APPLIED,), ActionStatus.KEPT)
             row.audited_at, row.actual_delta = row.updated_at, dict(actual_delta or {})
             s.flush()
             return row
@@ -242,7 +253,7 @@ class ImprovementActions:
     ) -> ImprovementAction:
         """applied or kept → reverted (by the auditor, or an admin)."""
         with self.db.transaction() as s:
-            row = self._transition(s, action_id, ("applied", "kept"), "reverted")
+            row = self._transition(s, action_id, (ActionStatus.APPLIED, ActionStatus.KEPT), ActionStatus.REVERTED)
             row.reverted_at = row.updated_at
             if actual_delta is not None:
                 row.actual_delta, row.audited_at = dict(actual_delta), row.updated_at
@@ -254,7 +265,7 @@ class ImprovementActions:
     def reject(self, action_id: str, reason: str) -> ImprovementAction:
         """proposed (or scheduled) → rejected: the scheduler's rules or an admin said no."""
         with self.db.transaction() as s:
-            row = self._transition(s, action_id, ("proposed", "scheduled"), "rejected")
+            row = self._transition(s, action_id, (ActionStatus.PROPOSED, ActionStatus.SCHEDULED), ActionStatus.REJECTED)
             row.error, row.lease_expires_at = reason[:MAX_ERROR_CHARS], None
             s.flush()
             return row
@@ -329,7 +340,7 @@ class ImprovementActions:
         now = self.clock()
         stmt = (
             select(ImprovementAction)
-            .where(ImprovementAction.status == "applied", ImprovementAction.audit_due_at <= now)
+            .where(ImprovementAction.status == ActionStatus.APPLIED, ImprovementAction.audit_due_at <= now)
             .order_by(ImprovementAction.audit_due_at, ImprovementAction.action_id)
             .limit(limit)
         )
@@ -348,6 +359,6 @@ class ImprovementActions:
         """Actions by status (every status present, zeros included)."""
         with self.db.transaction(write=False) as s:
             rows = s.execute(select(A.status, func.count()).group_by(A.status)).all()
-        out = dict.fromkeys(ACTION_STATUSES, 0)
+        out: dict[str, int] = {str(s): 0 for s in ACTION_STATUSES}
         out.update({status: int(n) for status, n in rows})
         return out

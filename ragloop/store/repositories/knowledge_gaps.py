@@ -20,6 +20,7 @@ from ragloop.store.db import Database
 from ragloop.store.improve_models import KNOWLEDGE_GAP_STATUSES, KnowledgeGap
 from ragloop.store.models import utcnow
 from ragloop.store.repositories._base import _require, _serialize
+from ragloop.store.vocabulary import GapStatus
 
 MAX_MEMBERS = 50
 """Member questions, example answers and ideal answers kept per group (the count keeps counting)."""
@@ -48,7 +49,7 @@ class KnowledgeGaps:
         """The open groups of a collection, most recently seen first."""
         stmt = (
             select(KnowledgeGap)
-            .where(KnowledgeGap.collection == collection, KnowledgeGap.status == "open")
+            .where(KnowledgeGap.collection == collection, KnowledgeGap.status == GapStatus.OPEN)
             .order_by(KnowledgeGap.last_seen_at.desc(), KnowledgeGap.gap_id)
         )
         with self.db.transaction(write=False) as s:
@@ -85,7 +86,7 @@ class KnowledgeGaps:
             best_chunk_id=best_chunk_id,
             best_score=best_score,
             evidence=dict(evidence or {}),
-            status="open",
+            status=GapStatus.OPEN,
             first_seen_at=now,
             last_seen_at=now,
         )
@@ -148,7 +149,7 @@ class KnowledgeGaps:
             return next((g for g in s.scalars(stmt) if answer_id in (g.answer_ids or [])), None)
 
     def listed(
-        self, *, collection: str | None = None, status: str | None = "open", limit: int = 100, offset: int = 0
+        self, *, collection: str | None = None, status: str | None = GapStatus.OPEN, limit: int = 100, offset: int = 0
     ) -> list[KnowledgeGap]:
         """Largest groups first, then most recently seen."""
         stmt = select(KnowledgeGap)
@@ -160,7 +161,7 @@ class KnowledgeGaps:
         with self.db.transaction(write=False) as s:
             return list(s.scalars(stmt.limit(limit).offset(offset)))
 
-    def count(self, *, status: str | None = "open") -> int:
+    def count(self, *, status: str | None = GapStatus.OPEN) -> int:
         stmt = select(func.count()).select_from(KnowledgeGap)
         if status is not None:
             stmt = stmt.where(KnowledgeGap.status == status)
