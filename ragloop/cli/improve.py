@@ -1,8 +1,8 @@
 """`ragloop improve run | status | gaps`: the improvement loop from the command line.
 
 `run` is the manual twin of what the service's workers do continuously: one diagnosis pass (select
-the answers due, diagnose each exactly once through the durable queue) and then, where the
-remediation layer is installed, one audit + schedule pass. It is safe next to a running
+the answers due, diagnose each exactly once through the durable queue) and then the remediation
+layer's audit + schedule pass (`ragloop.improve.remediate.run_pass`). It is safe next to a running
 `ragloop serve` on the same database: the work is leased job by job (a job the server's worker holds
 is skipped here), and SQLite writers wait on the store's busy timeout instead of failing.
 """
@@ -10,7 +10,6 @@ is skipped here), and SQLite writers wait on the store's busy timeout instead of
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import socket
 from typing import TYPE_CHECKING, Annotated, Any
@@ -41,18 +40,14 @@ def _store(url: str | None) -> Store:
         fail(f"cannot open the database: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
-def _remediation_pass(store: Store) -> dict[str, Any] | None:
-    """One audit + schedule pass of the remediation layer, when it is installed (None otherwise)."""
-    try:
-        remediate = importlib.import_module("ragloop.improve.remediate")
-    except ImportError:
-        return None
+def _remediation_pass(store: Store) -> dict[str, Any]:
+    """One audit + schedule pass of the remediation layer over the active pipeline version."""
     from ragloop.config import PipelineConfig
+    from ragloop.improve.remediate import run_pass
 
     current = store.pipelines.current()
     config = PipelineConfig.model_validate(current.config) if current is not None else PipelineConfig()
-    report = remediate.run_pass(store, config, settings=settings())
-    data: dict[str, Any] = report.to_json()
+    data: dict[str, Any] = run_pass(store, config, settings=settings()).to_json()
     return data
 
 
@@ -65,7 +60,7 @@ def run(
     json_: JsonOpt = False,
     database_url: UrlOpt = None,
 ) -> None:
-    """One pass: diagnose what is due, then audit and apply remediations (where installed)."""
+    """One pass: diagnose what is due, then audit and apply remediations."""
     from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 
     try:

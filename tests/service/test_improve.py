@@ -142,3 +142,10 @@ def test_improve_run_status_and_gaps_on_the_command_line(sqlite_url: str, collec
     assert [g["representative_question"] for g in gaps] == [GAP_Q]
     human = runner.invoke(cli, ["improve", "gaps", "--database-url", sqlite_url])
     assert human.exit_code == 0 and "[1x] default" in human.stdout
+    # then the remediation pass: the knowledge-gap entry is linked (applied), nothing is diagnosed twice
+    r = runner.invoke(cli, ["improve", "run", "--json", "--database-url", sqlite_url])
+    assert r.exit_code == 0, r.output
+    again = json.loads(r.stdout)
+    assert again["selected"] == 0 and again["diagnosed"] == 0
+    applied = {a["kind"] for a in again["remediation"]["actions"] if a["outcome"] == "applied"}
+    assert "knowledge_gap_log" in applied, again["remediation"]
