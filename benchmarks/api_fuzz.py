@@ -82,9 +82,10 @@ def wait_healthy(base: str, proc: subprocess.Popen[bytes], seconds: float = 180)
     raise RuntimeError("ragloop serve did not become healthy")
 
 
-def summarise(ndjson: Path) -> dict[str, Any]:
-    """Counts from schemathesis' NDJSON event stream: every scenario's recorded responses."""
-    operations: set[str] = set()
+def summarise(ndjson: Path, output: str) -> dict[str, Any]:
+    """Counts from schemathesis' NDJSON event stream (every scenario's recorded responses) and the
+    operations it tested, from its summary."""
+    tested = re.search(r"Tested: (\d+)", output)
     cases = 0
     statuses: dict[str, int] = {}
     server_errors: dict[str, int] = {}
@@ -93,11 +94,7 @@ def summarise(ndjson: Path) -> dict[str, Any]:
         finished = event.get("ScenarioFinished")
         if not finished:
             continue
-        label = finished.get("label") or finished.get("recorder", {}).get("label", "")
-        for case in finished.get("recorder", {}).get("cases", {}).values():
-            cases += 1
-            op = f"{case['value'].get('method', '?')} {case['value'].get('path', label)}"
-            operations.add(op)
+        cases += len(finished.get("recorder", {}).get("cases", {}))
         for interactions in finished.get("recorder", {}).get("interactions", {}).values():
             response = interactions.get("response") or {}
             code = response.get("status_code")
@@ -109,7 +106,7 @@ def summarise(ndjson: Path) -> dict[str, Any]:
                 key = f"{req.get('method', '?')} {re.sub(r'[?].*', '', str(req.get('uri', '')))}"
                 server_errors[key] = server_errors.get(key, 0) + 1
     return {
-        "operations": len(operations),
+        "operations": int(tested.group(1)) if tested else None,
         "test_cases": cases,
         "responses": sum(statuses.values()),
         "status_counts": dict(sorted(statuses.items())),
@@ -194,7 +191,7 @@ def fuzz(engine: str, max_time: int, workers: int, articles: int) -> dict[str, A
                 server.wait(30)
             except subprocess.TimeoutExpired:
                 server.kill()
-        summary = summarise(report)
+        summary = summarise(report, run.stdout)
         return {
             "engine": engine,
             "documents": docs,
