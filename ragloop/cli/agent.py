@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -45,6 +46,22 @@ def _agent(collection: str, cfg: PipelineConfig) -> Agent:
         fail(str(exc))
 
 
+def _serving_config(config: Path | None) -> PipelineConfig:
+    """`--config` when given; else the store's active version (what `/v1/query` serves), else the defaults."""
+    if config is not None:
+        return pipeline_config(config)
+    from ragloop.store import Store
+
+    try:
+        with Store.open() as store:
+            row = store.pipelines.current()
+            if row is not None:
+                return PipelineConfig.model_validate(row.config)
+    except Exception as exc:  # no store yet, or an unreadable one: the defaults still answer
+        console.print(f"[yellow]no stored pipeline version ({type(exc).__name__}); using the defaults[/]")
+    return PipelineConfig()
+
+
 def _show(ans: Answer, trace: bool) -> None:
     style = "yellow" if ans.refused else "green"
     title = f"{'refused' if ans.refused else 'answer'} · {ans.termination_reason} · quality {ans.quality_score:.2f}"
@@ -82,7 +99,7 @@ def ask(
     """Answer one question from a collection, checking the answer before showing it."""
     if not question.strip():
         fail("the question is empty")
-    agent = _agent(collection, pipeline_config(config))
+    agent = _agent(collection, _serving_config(config))
     ans = agent.answer(question, thread_id=thread)
     if json_:
         print_json(ans.to_json(with_trace=trace))
@@ -99,7 +116,7 @@ def chat(
     """A multi-turn conversation; follow-ups are condensed with the earlier turns. Empty line or /quit ends it."""
     from ragloop.agent.api import new_thread_id
 
-    agent = _agent(collection, pipeline_config(config))
+    agent = _agent(collection, _serving_config(config))
     thread_id = thread or new_thread_id()
     console.print(f"thread {thread_id} (resume with --thread {thread_id})", highlight=False)
     while True:

@@ -53,6 +53,7 @@ class ExperimentStatus(StrEnum):
 
     RUNNING = "running"
     HALTED = "halted"  # a guardrail was breached
+    PROMOTING = "promoting"  # one server has claimed the promotion (smoke test under way)
     STOPPED = "stopped"
     PROMOTED = "promoted"
     REJECTED = "rejected"

@@ -73,9 +73,9 @@ def to_public(rec: AnswerRecord, session_id: str) -> QueryPublic:
     )
 
 
-async def _served(svc: ServiceState, turn: Turn) -> Served:
+async def _served(svc: ServiceState, turn: Turn, version_id: str | None = None) -> Served:
     try:
-        return await svc.agents.serve(turn.collection, turn.top_k)
+        return await svc.agents.serve(turn.collection, turn.top_k, version_id)
     except NoSuchCollectionError as exc:
         raise HTTPException(404, str(exc)) from None
     except NotIndexedError as exc:
@@ -93,7 +93,8 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
     before the first event when nothing can answer, and 503 in place of the answer event when it
     cannot be stored."""
     t0 = time.perf_counter()
-    served = await _served(svc, turn)
+    route = svc.experiments.route(stored_session(caller, turn.session_id)) if svc.experiments else None
+    served = await _served(svc, turn, route.version_id if route else None)
     thread = stored_session(caller, turn.session_id) if turn.remember else None
     final: Answer | None = None
     attempts = [served]
@@ -133,6 +134,9 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
         answer=final,
         latency_ms=latency_ms,
         degraded=served.degraded,
+        # an arm's answer counts for the arm only when the arm's version served it
+        experiment_id=route.experiment_id if route and served.version_id == route.version_id else None,
+        variant=route.variant if route and served.version_id == route.version_id else None,
     )
     try:
         await svc.recorder.store_answer(rec)

@@ -36,7 +36,8 @@ from ragloop.service.inputs import checked_params
 from ragloop.service.metrics import ServiceMetrics
 from ragloop.service.openai_compat import OpenAIError, error_body
 from ragloop.service.openai_compat import router as openai_router
-from ragloop.service.pipelines import AgentFactory, AgentManager, ensure_active_version
+from ragloop.service.periodic import PeriodicTasks
+from ragloop.service.pipelines import AgentFactory, AgentManager, ExperimentRouter, ensure_active_version
 from ragloop.service.recorder import AnswerRecorder
 from ragloop.service.routes import ROUTERS
 from ragloop.service.state import ServiceState
@@ -137,6 +138,8 @@ def create_app(
         recorder=recorder,
         documents=documents,
         worker=eval_worker,
+        experiments=ExperimentRouter(store, cfg.redis_url),
+        loops=_periodic(store, settings, cfg, agents),
     )
 
     @asynccontextmanager
@@ -177,6 +180,36 @@ def create_app(
 
     app.add_middleware(BodySizeLimit, limit_for=limit_for)
     return app
+
+
+def _periodic(store: Store, settings: Settings, cfg: ServiceConfig, agents: AgentManager) -> PeriodicTasks:
+    """Experiment aggregation (on by default) and the scheduled regression run (off by default)."""
+    from ragloop.experiments.aggregation import aggregate_running
+    from ragloop.experiments.promotion import MaintenanceWindow
+    from ragloop.experiments.regression import run_regression
+    from ragloop.experiments.runtime import build_answerer, golden_smoke_test
+
+    window = MaintenanceWindow.parse(cfg.promotion_window)
+    smoke = golden_smoke_test(store, settings, cfg.collection)
+    tasks = PeriodicTasks()
+
+    def aggregate() -> None:
+        if aggregate_running(store, smoke_test=smoke, window=window):
+            agents.invalidate()
+
+    def regress() -> None:
+        version, config = agents.active()
+        run_regression(
+            store,
+            build_answerer(settings, cfg.collection, config),
+            pipeline_version=version,
+            webhook_url=cfg.regression_webhook_url,
+        )
+        agents.invalidate()
+
+    tasks.add("experiment-aggregation", cfg.experiment_aggregate_interval_s, aggregate)
+    tasks.add("golden-regression", cfg.regression_interval_s, regress)
+    return tasks
 
 
 def _openai_path(request: Request) -> bool:

@@ -79,6 +79,19 @@ class ServiceConfig:
     poll_interval_s: float = 0.5
     job_max_attempts: int = 5
 
+    # experiments (ragloop.experiments)
+    redis_url: str | None = None
+    """`RAGLOOP_REDIS_URL`: experiment assignments are cached in Redis (a fleet agrees without
+    recomputing); unset, every server hashes the session id itself (the same answer)."""
+    experiment_aggregate_interval_s: float = 300.0
+    """How often running experiments are aggregated (guardrails, promotion); 0 turns it off."""
+    promotion_window: str = ""
+    """UTC hours in which an experiment may promote its treatment, "HH-HH" (e.g. "2-5"); empty: any time."""
+    regression_interval_s: float = 0.0
+    """The scheduled golden-set regression run (86400 for nightly); 0 (the default) turns it off."""
+    regression_webhook_url: str | None = None
+    """Where a regression alert is POSTed (JSON) beside its log line; unset: log only."""
+
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

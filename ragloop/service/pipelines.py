@@ -88,6 +88,7 @@ class AgentManager:
         self._version: tuple[float, str, PipelineConfig] | None = None
         self._lock = threading.Lock()
         self._build_locks: dict[tuple[str, str, int | None], asyncio.Lock] = {}
+        self._configs: dict[str, PipelineConfig] = {}
 
     # ----------------------------------------------------------------- versions
 
@@ -143,11 +144,22 @@ class AgentManager:
 
     # ----------------------------------------------------------------- agents
 
-    async def serve(self, collection: str, top_k: int | None = None) -> Served:
-        """The agent for the active version (raises NoSuchCollection / NotIndexed); on a build failure,
-        the last known-good agent for the collection, marked degraded."""
+    def version(self, version_id: str) -> PipelineConfig:
+        """A stored version's config (versions are immutable, so it is cached for good)."""
+        config = self._configs.get(version_id)
+        if config is None:
+            row = self.store.pipelines.get(version_id)
+            if row is None:
+                raise LookupError(f"no pipeline version {version_id!r}")
+            config = self._configs[version_id] = PipelineConfig.model_validate(row.config)
+        return config
+
+    async def serve(self, collection: str, top_k: int | None = None, version_id: str | None = None) -> Served:
+        """The agent for the active version, or for `version_id` (an experiment's arm) (raises
+        NoSuchCollection / NotIndexed); on a build failure, the last known-good agent for the
+        collection, marked degraded."""
         self.check_index(collection)
-        version, config = self.active()
+        version, config = self.active() if version_id is None else (version_id, self.version(version_id))
         if top_k is not None and top_k == config.retrieval.k:
             top_k = None
         key = (collection, version, top_k)
@@ -214,3 +226,61 @@ class AgentManager:
         self._collections.clear()
         self._agents.clear()
         self.memory.close()
+
+
+@dataclass(frozen=True)
+class Route:
+    """Which arm of the running experiment serves a session, and with which pipeline version."""
+
+    experiment_id: str
+    variant: str
+    version_id: str
+
+
+class ExperimentRouter:
+    """The query path's view of experiments: the running one (re-read at most every second) and the
+    session's variant by the assigner (Redis-cached when `RAGLOOP_REDIS_URL` is set). A halted,
+    stopped or promoted experiment is no longer running, so everyone gets the current version."""
+
+    def __init__(self, store: Store, redis_url: str | None = None) -> None:
+        from ragloop.experiments import make_assigner
+
+        self.store = store
+        self.assigner = make_assigner(redis_url)
+        self._cached: tuple[float, Route | None, float, str, str] | None = None
+
+    def _running(self) -> tuple[str, float, str, str] | None:
+        from ragloop.experiments.registry import running_experiment
+
+        now = time.monotonic()
+        if self._cached is not None and now - self._cached[0] < VERSION_TTL_S:
+            c = self._cached
+            return None if c[1] is None else (c[1].experiment_id, c[2], c[3], c[4])
+        try:
+            row = running_experiment(self.store)
+        except Exception as exc:  # the query path never fails for an experiment lookup
+            log.warning("running experiment lookup failed (%s); serving the current version", exc)
+            return None
+        if row is None or row.control_version is None or row.treatment_version is None:
+            self._cached = (now, None, 0.0, "", "")
+            return None
+        marker = Route(row.experiment_id, "", "")
+        self._cached = (now, marker, row.traffic_split, row.control_version, row.treatment_version)
+        return row.experiment_id, row.traffic_split, row.control_version, row.treatment_version
+
+    def invalidate(self) -> None:
+        self._cached = None
+
+    def route(self, session_key: str) -> Route | None:
+        from ragloop.experiments import Variant
+
+        running = self._running()
+        if running is None:
+            return None
+        experiment_id, split, control, treatment = running
+        assignment = self.assigner.assign(experiment_id, session_key, split)
+        version = treatment if assignment.variant is Variant.TREATMENT else control
+        return Route(experiment_id, assignment.variant.value, version)
+
+    def close(self) -> None:
+        self.assigner.close()

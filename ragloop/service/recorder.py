@@ -70,6 +70,9 @@ class AnswerRecord:
     answer: Answer
     latency_ms: int
     degraded: bool = False
+    experiment_id: str | None = None
+    variant: str | None = None
+    """The experiment arm that served it (None outside experiments)."""
 
     def citations(self) -> list[dict[str, Any]]:
         return [c.model_dump() for c in self.answer.citations]
@@ -254,6 +257,8 @@ class AnswerRecorder:
                 token_count=estimate_tokens(ans.answer),
                 retrieved_chunk_ids=[r["chunk_id"] for r in payload["retrieved"]],
                 retrieval_scores=payload["retrieval_scores"],
+                experiment_id=rec.experiment_id,
+                variant=rec.variant,
             )
             self.store.queue.enqueue(rec.answer_id, Tier.HEURISTIC, payload)
             if not gate.begin_commit():

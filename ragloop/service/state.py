@@ -14,7 +14,8 @@ from ragloop.service.document_recovery import recover_document_jobs
 from ragloop.service.documents import DocumentJobs
 from ragloop.service.memory import MAX_CHECKPOINT_CONNECTIONS
 from ragloop.service.metrics import ServiceMetrics
-from ragloop.service.pipelines import AgentManager
+from ragloop.service.periodic import PeriodicTasks
+from ragloop.service.pipelines import AgentManager, ExperimentRouter
 from ragloop.service.recorder import AnswerRecorder
 from ragloop.service.worker import EvaluationWorker
 from ragloop.store import Store
@@ -34,6 +35,8 @@ class ServiceState:
     recorder: AnswerRecorder
     documents: DocumentJobs
     worker: EvaluationWorker | None = None
+    experiments: ExperimentRouter | None = None
+    loops: PeriodicTasks | None = None
     started_at: float = field(default_factory=time.time)
     answer_slots: asyncio.Semaphore | None = None
 
@@ -53,8 +56,14 @@ class ServiceState:
             log.error("document jobs left by the last run were not taken up: %s", exc)
         if self.worker is not None:
             self.worker.start_thread()
+        if self.loops is not None:
+            self.loops.start()
 
     async def stop(self) -> None:
+        if self.loops is not None:
+            await self.loops.stop()
+        if self.experiments is not None:
+            self.experiments.close()
         if self.worker is not None:
             self.worker.stop()
             self.worker.join()

@@ -222,6 +222,7 @@ class GoldenSetEntry(Base):
     question: Mapped[str] = mapped_column(Text)
     expected_answer: Mapped[str] = mapped_column(Text)
     required_chunk_ids: Mapped[list[Any]] = mapped_column(default=list)
+    required_doc_ids: Mapped[list[Any]] = mapped_column(default=list, server_default=text("'[]'"))
     source: Mapped[str] = mapped_column(String(32))
     difficulty: Mapped[str] = mapped_column(String(32), default="standard")
     domain_tags: Mapped[list[Any]] = mapped_column(default=list)
@@ -281,6 +282,12 @@ class Experiment(Base):
     results: Mapped[dict[str, Any]] = mapped_column(default=dict)
     auto_promote_at: Mapped[datetime | None] = mapped_column()
     promoted_at: Mapped[datetime | None] = mapped_column()
+    min_duration_s: Mapped[float] = mapped_column(Float, default=86400.0, server_default=text("86400"))
+    min_effect: Mapped[float] = mapped_column(Float, default=0.02, server_default=text("0.02"))
+    started_at: Mapped[datetime | None] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column()
+    created_by: Mapped[str | None] = mapped_column(String(128))
+    status_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -297,6 +304,13 @@ class PipelineVersion(Base):
     previous_version_id: Mapped[str | None] = mapped_column(SHORT, ForeignKey("pipeline_versions.version_id"))
     promoted_by: Mapped[str | None] = mapped_column(String(128))
     quality_at_promotion: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    parent_version_id: Mapped[str | None] = mapped_column(SHORT)
+    """The version a candidate was derived from (its overrides apply to this one's config)."""
+    created_by: Mapped[str | None] = mapped_column(String(128))
+    promoted_via: Mapped[str | None] = mapped_column(String(16))
+    """What moved the pointer here last: experiment | remediation | admin | regression | startup."""
+    approvals: Mapped[list[Any]] = mapped_column(default=list, server_default=text("'[]'"))
+    """Human approval checkpoints: `{actor, at, note}` each."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     activated_at: Mapped[datetime | None] = mapped_column()
     retired_at: Mapped[datetime | None] = mapped_column()

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.store.conftest import backend, clock, db, postgres_admin_url, store, store_url  # noqa: F401 (fixtures)
+
 REDIS_URL_ENV = "RAGLOOP_TEST_REDIS_URL"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -1,10 +1,13 @@
-"""The pipeline version that answers: read it, list versions, roll back (admin)."""
+"""The pipeline version that answers: read it, list versions, register candidates, diff two versions,
+roll back (admin)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 
+from ragloop.experiments.versions import ConfigError, diff_versions, full_config, register_candidate
 from ragloop.service.deps import AdminDep, CallerDep, ServiceDep
+from ragloop.service.experiment_schemas import CandidateCreate, ConfigChangePublic, VersionDiffPublic
 from ragloop.service.schemas import PipelinePublic, RollbackCreate
 from ragloop.store import NotFoundError, PipelineVersion, StoreConflictError
 
@@ -21,6 +24,11 @@ def _public(row: PipelineVersion) -> PipelinePublic:
         promoted_by=row.promoted_by,
         previous_version=row.previous_version_id,
         quality_at_promotion=row.quality_at_promotion or {},
+        parent_version=row.parent_version_id,
+        created_by=row.created_by,
+        created_at=row.created_at,
+        promoted_via=row.promoted_via,
+        approvals=list(row.approvals or []),
     )
 
 
@@ -61,6 +69,7 @@ def rollback(body: RollbackCreate, svc: ServiceDep, admin: AdminDep) -> Pipeline
             actor=f"key:{admin.key_id}",
             reason=body.reason,
             evidence={"via": "POST /v1/pipeline/rollback"},
+            via="admin",
         )
     except NotFoundError as exc:
         raise HTTPException(404, str(exc)) from None
@@ -68,3 +77,41 @@ def rollback(body: RollbackCreate, svc: ServiceDep, admin: AdminDep) -> Pipeline
         raise HTTPException(409, str(exc)) from None
     svc.agents.invalidate()
     return _public(row)
+
+
+@router.post(
+    "/v1/pipeline/candidates",
+    status_code=201,
+    response_model=PipelinePublic,
+    responses={401: {"description": "No (valid) key."}, 403: {"description": "Not an admin key."}, 422: {}},
+    summary="Register a candidate pipeline version (admin)",
+)
+def register(body: CandidateCreate, svc: ServiceDep, admin: AdminDep) -> PipelinePublic:
+    """`overrides` apply to `parent` (default: the current version); `config` is taken whole. The
+    candidate serves nothing until an experiment, an admin or a remediation promotes it."""
+    try:
+        cfg = full_config(body.config) if body.config is not None else body.overrides or {}
+        row = register_candidate(
+            svc.store, cfg, created_by=f"key:{admin.key_id}", parent=body.parent, description=body.description
+        )
+    except ConfigError as exc:
+        raise HTTPException(422, str(exc)) from None
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from None
+    return _public(row)
+
+
+@router.get(
+    "/v1/pipeline/versions/{a}/diff/{b}",
+    response_model=VersionDiffPublic,
+    responses={404: {"description": "Unknown version."}},
+    summary="What changes from version a to version b (admin)",
+)
+def diff(a: str, b: str, svc: ServiceDep, _admin: AdminDep) -> VersionDiffPublic:
+    try:
+        changes = diff_versions(svc.store, a, b)
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from None
+    return VersionDiffPublic(
+        a=a, b=b, changes=[ConfigChangePublic(path=c.path, before=c.before, after=c.after) for c in changes]
+    )

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from ragloop.store.db import Database
 from ragloop.store.models import Experiment, RegressionRun, utcnow
@@ -32,9 +32,15 @@ class Experiments:
         guardrail_metrics: Sequence[str] = (),
         control_version: str | None = None,
         treatment_version: str | None = None,
+        min_duration_s: float = 86400.0,
+        min_effect: float = 0.02,
+        created_by: str | None = None,
+        started_at: datetime | None = None,
     ) -> Experiment:
         if not 0.0 < traffic_split < 1.0:
             raise ValueError(f"traffic_split must be in (0, 1), got {traffic_split}")
+        if min_duration_s < 0 or min_effect < 0:
+            raise ValueError("min_duration_s and min_effect must be >= 0")
         with self.db.transaction() as s:
             row = Experiment(
                 name=name,
@@ -46,6 +52,10 @@ class Experiments:
                 min_sample_size=min_sample_size,
                 primary_metric=primary_metric,
                 guardrail_metrics=list(guardrail_metrics),
+                min_duration_s=float(min_duration_s),
+                min_effect=float(min_effect),
+                created_by=created_by,
+                started_at=started_at or utcnow(),
             )
             s.add(row)
             s.flush()
@@ -92,6 +102,32 @@ class Experiments:
             row.updated_at = utcnow()
             s.flush()
             return row
+
+    def transition(
+        self,
+        experiment_id: str,
+        *,
+        from_statuses: Sequence[str],
+        to: str,
+        reason: str | None = None,
+        when: datetime | None = None,
+        final: bool = False,
+    ) -> bool:
+        """Move the status with one conditional UPDATE (`... WHERE status IN from_statuses`): of two
+        servers racing to promote, halt or stop the same experiment exactly one gets True."""
+        values: dict[str, Any] = {"status": to, "updated_at": utcnow()}
+        if reason is not None:
+            values["status_reason"] = reason
+        if final:
+            values["ended_at"] = when or utcnow()
+        with self.db.transaction() as s:
+            result = s.execute(
+                update(Experiment)
+                .where(Experiment.experiment_id == experiment_id, Experiment.status.in_(list(from_statuses)))
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(getattr(result, "rowcount", 0) == 1)
 
     def mark_promoted(self, experiment_id: str, *, when: datetime | None = None) -> Experiment:
         with self.db.transaction() as s:

@@ -23,24 +23,65 @@ class PipelineVersions:
         self.audit = AuditLog(db)
 
     def register(
-        self, version_id: str, config: Mapping[str, Any], *, description: str | None = None
+        self,
+        version_id: str,
+        config: Mapping[str, Any],
+        *,
+        description: str | None = None,
+        parent_version_id: str | None = None,
+        created_by: str | None = None,
     ) -> PipelineVersion:
         """Store a configuration as a candidate; registering the same version again returns the stored
-        row. The id is a hash of the config, so the same id with a different config is an error."""
+        row (versions are immutable: its parent and creator stay the first registration's). The id is
+        a hash of the config, so the same id with a different config is an error."""
         with self.db.transaction() as s:
             row = s.get(PipelineVersion, version_id)
             if row is not None:
                 if row.config != dict(config):
                     raise StoreConflictError(f"pipeline version {version_id} is stored with a different config")
                 return row
-            row = PipelineVersion(version_id=version_id, config=dict(config), description=description)
+            row = PipelineVersion(
+                version_id=version_id,
+                config=dict(config),
+                description=description,
+                parent_version_id=parent_version_id if parent_version_id != version_id else None,
+                created_by=created_by,
+            )
             s.add(row)
             s.flush()
             return row
 
-    def register_config(self, config: PipelineConfig, *, description: str | None = None) -> PipelineVersion:
+    def register_config(
+        self,
+        config: PipelineConfig,
+        *,
+        description: str | None = None,
+        parent_version_id: str | None = None,
+        created_by: str | None = None,
+    ) -> PipelineVersion:
         data = config.model_dump(mode="json", by_alias=True)
-        return self.register(config.version_id, data, description=description or config.name)
+        return self.register(
+            config.version_id,
+            data,
+            description=description or config.name,
+            parent_version_id=parent_version_id,
+            created_by=created_by,
+        )
+
+    def approve(self, version_id: str, *, actor: str, note: str = "") -> PipelineVersion:
+        """Record a human approval checkpoint on a version (audited)."""
+        with self.db.transaction() as s:
+            row = _require(s, PipelineVersion, version_id)
+            row.approvals = [*row.approvals, {"actor": actor, "at": utcnow().isoformat(), "note": note}]
+            s.flush()
+            self.audit.record(
+                "pipeline_approve",
+                triggered_by=note or "manual",
+                actor=actor,
+                evidence={"version": version_id},
+                pipeline_version_after=version_id,
+            )
+            return row
 
     def get(self, version_id: str) -> PipelineVersion | None:
         with self.db.transaction(write=False) as s:
@@ -66,15 +107,23 @@ class PipelineVersions:
         reason: str = "manual",
         evidence: Mapping[str, Any] | None = None,
         quality: Mapping[str, float] | None = None,
+        via: str = "admin",
+        expected_current: str | None = None,
     ) -> PipelineVersion:
         """Make `version_id` the one active version (the previous one is retired and remembered for
-        `rollback`), and audit it. Activating the active version changes nothing."""
+        `rollback`), and audit it. Activating the active version changes nothing. With
+        `expected_current`, the switch only happens when that version is still the active one
+        (StoreConflictError otherwise): a promotion decided on evidence about one control never
+        replaces another."""
         with self.db.transaction() as s:
             _serialize(s, "pipeline_versions")
             target = _require(s, PipelineVersion, version_id)
             current = s.scalar(select(PipelineVersion).where(PipelineVersion.status == "active"))
             if current is not None and current.version_id == version_id:
                 return target
+            if expected_current is not None and (current is None or current.version_id != expected_current):
+                found = current.version_id if current is not None else None
+                raise StoreConflictError(f"the active version is {found}, not {expected_current}")
             now = utcnow()
             if current is not None:
                 current.status, current.retired_at = "retired", now
@@ -82,6 +131,7 @@ class PipelineVersions:
             target.status, target.activated_at, target.retired_at = "active", now, None
             target.previous_version_id = current.version_id if current is not None else None
             target.promoted_by = actor
+            target.promoted_via = via
             target.quality_at_promotion = dict(quality or {})
             s.flush()
             self.audit.record(
@@ -102,6 +152,7 @@ class PipelineVersions:
         actor: str = "system",
         reason: str = "manual",
         evidence: Mapping[str, Any] | None = None,
+        via: str = "admin",
     ) -> PipelineVersion:
         """Reactivate the version that was active before the current one (or `target_version`), retire
         the current one, audit it, and return the now-active version. Rolling back again steps further
@@ -123,6 +174,7 @@ class PipelineVersions:
             s.flush()
             target.status, target.activated_at, target.retired_at = "active", now, None
             target.promoted_by = actor
+            target.promoted_via = via
             s.flush()
             self.audit.record(
                 "pipeline_rollback",

@@ -1,0 +1,266 @@
+"""The nightly regression: the working golden set (never the held-out 20%) through the current
+pipeline, scored offline, compared with the last approved baseline; a drop rolls back.
+
+Per entry: `answer_f1` (token F1 against the expected answer, answerable entries with one),
+`doc_recall` (share of the required documents among the retrieved ones) and `refusal_correct`
+(1 when the pipeline refused exactly the unanswerable entries). The **baseline** is the latest
+completed run that detected no regression (a run that found one is never a baseline); its
+pipeline version is the *last approved version*.
+
+**Decision on an interval, never a point**: per metric, the paired differences (current −
+baseline) over the entries both runs scored give a mean and a 95% t-interval; a regression is a
+relative drop of more than `threshold` (2%) of the baseline mean *and* an interval that lies
+entirely below 0 (it excludes "no change"). On a regression, when the current version is not the
+approved one, the pointer is rolled back to it (`via=regression`), the audit log records the
+evidence, and an alert goes out (`log.error` + a webhook POST when a URL is configured).
+Everything lands in `regression_runs` (metrics, baseline, per-item scores in `report`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ragloop.evaluation.metrics.answer import token_f1
+from ragloop.experiments._tdist import t_critical
+from ragloop.experiments.golden import UNANSWERABLE_TAG, working_set
+from ragloop.experiments.versions import PromotedVia
+
+if TYPE_CHECKING:
+    from ragloop.store import GoldenSetEntry, RegressionRun, Store
+
+log = logging.getLogger("ragloop.experiments.regression")
+
+THRESHOLD = 0.02
+METRICS = ("answer_f1", "doc_recall", "refusal_correct")
+
+
+@dataclass(frozen=True)
+class Answered:
+    answer: str
+    doc_ids: Sequence[str]
+    refused: bool
+
+
+Answerer = Callable[[str], Answered]
+"""question -> what the current pipeline answered (built by the caller: the CLI or the service)."""
+
+
+def score_entry(entry: GoldenSetEntry, got: Answered) -> dict[str, float]:
+    unanswerable = UNANSWERABLE_TAG in (entry.domain_tags or [])
+    scores: dict[str, float] = {"refusal_correct": 1.0 if got.refused == unanswerable else 0.0}
+    if not unanswerable and entry.expected_answer:
+        scores["answer_f1"] = 0.0 if got.refused else float(token_f1(got.answer, entry.expected_answer))
+    required = list(entry.required_doc_ids or [])
+    if required:
+        seen = set(got.doc_ids)
+        scores["doc_recall"] = sum(1 for d in required if d in seen) / len(required)
+    return scores
+
+
+@dataclass
+class MetricComparison:
+    metric: str
+    n: int
+    baseline_mean: float
+    current_mean: float
+    difference: float
+    ci95: tuple[float, float]
+    relative_change: float
+    regressed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "n": self.n,
+            "baseline_mean": round(self.baseline_mean, 6),
+            "current_mean": round(self.current_mean, 6),
+            "difference": round(self.difference, 6),
+            "ci95": [round(self.ci95[0], 6), round(self.ci95[1], 6)],
+            "relative_change": round(self.relative_change, 6),
+            "regressed": self.regressed,
+        }
+
+
+def compare_paired(
+    metric: str, baseline: dict[str, float], current: dict[str, float], threshold: float = THRESHOLD
+) -> MetricComparison | None:
+    """Paired comparison over the entries both runs scored (None with fewer than 2)."""
+    common = sorted(set(baseline) & set(current))
+    if len(common) < 2:
+        return None
+    b = np.array([baseline[k] for k in common])
+    c = np.array([current[k] for k in common])
+    d = c - b
+    mean = float(d.mean())
+    sd = float(d.std(ddof=1))
+    half = t_critical(0.05, len(common) - 1) * sd / math.sqrt(len(common))
+    lo, hi = mean - half, mean + half
+    base = float(b.mean())
+    relative = mean / base if base else (0.0 if mean == 0 else -math.inf if mean < 0 else math.inf)
+    regressed = relative < -threshold and hi < 0
+    return MetricComparison(metric, len(common), base, float(c.mean()), mean, (lo, hi), relative, regressed)
+
+
+@dataclass
+class RegressionResult:
+    run_id: str
+    run_status: str
+    regression_detected: bool
+    rollback_triggered: bool
+    pipeline_version: str
+    baseline_run_id: str | None
+    baseline_version: str | None
+    rolled_back_to: str | None
+    golden_set_version: int
+    entries: int
+    metrics: dict[str, float]
+    comparisons: list[MetricComparison] = field(default_factory=list)
+    alert: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "run_status": self.run_status,
+            "status": self.run_status,
+            "regression_detected": self.regression_detected,
+            "rollback_triggered": self.rollback_triggered,
+            "pipeline_version": self.pipeline_version,
+            "baseline_run_id": self.baseline_run_id,
+            "baseline_version": self.baseline_version,
+            "rolled_back_to": self.rolled_back_to,
+            "golden_set_version": self.golden_set_version,
+            "entries": self.entries,
+            "metrics": self.metrics,
+            "comparisons": [c.to_json() for c in self.comparisons],
+            "alert": self.alert,
+        }
+
+
+def last_approved(store: Store) -> RegressionRun | None:
+    """The latest completed run that found no regression."""
+    for run in store.regressions.list_runs(limit=200):
+        if run.run_status == "completed" and not run.regression_detected:
+            return run
+    return None
+
+
+def send_alert(message: str, evidence: dict[str, Any], webhook_url: str | None) -> None:
+    log.error("REGRESSION ALERT: %s", message)
+    if not webhook_url:
+        return
+    body = json.dumps({"text": message, "evidence": evidence}, default=str).encode()
+    req = urllib.request.Request(webhook_url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=5):
+            pass
+    except OSError as exc:
+        log.error("regression alert webhook %s failed: %s", webhook_url, exc)
+
+
+def run_regression(
+    store: Store,
+    answer: Answerer,
+    *,
+    pipeline_version: str,
+    threshold: float = THRESHOLD,
+    webhook_url: str | None = None,
+    actor: str = "regression",
+    limit: int | None = None,
+) -> RegressionResult:
+    entries = working_set(store)[:limit] if limit else working_set(store)
+    baseline = last_approved(store)
+    base_items: dict[str, dict[str, float]] = dict((baseline.report or {}).get("items", {})) if baseline else {}
+    run = store.regressions.start(
+        golden_set_version=store.golden.golden_set_version(),
+        pipeline_version=pipeline_version,
+        baseline=dict(baseline.metrics) if baseline else {},
+    )
+    items: dict[str, dict[str, float]] = {}
+    errors: dict[str, str] = {}
+    for e in entries:
+        try:
+            items[e.lineage_id] = score_entry(e, answer(e.question))
+        except Exception as exc:  # one failing question is recorded, not the end of the run
+            errors[e.lineage_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    metrics: dict[str, float] = {}
+    for m in METRICS:
+        vals = [s[m] for s in items.values() if m in s]
+        if vals:
+            metrics[m] = round(float(np.mean(vals)), 6)
+    comparisons: list[MetricComparison] = []
+    for m in METRICS:
+        cmp = compare_paired(
+            m,
+            {k: v[m] for k, v in base_items.items() if m in v},
+            {k: v[m] for k, v in items.items() if m in v},
+            threshold,
+        )
+        if cmp is not None:
+            comparisons.append(cmp)
+    regressed = [c for c in comparisons if c.regressed]
+    detected = bool(regressed)
+    rollback_to: str | None = None
+    alert: str | None = None
+    if detected and baseline is not None:
+        current = store.pipelines.current()
+        evidence = {"run_id": run.run_id, "regressions": [c.to_json() for c in regressed]}
+        if current is not None and current.version_id != baseline.pipeline_version:
+            store.pipelines.rollback(
+                target_version=baseline.pipeline_version,
+                actor=actor,
+                reason=f"nightly regression run {run.run_id}",
+                evidence=evidence,
+                via=PromotedVia.REGRESSION.value,
+            )
+            rollback_to = baseline.pipeline_version
+        store.audit.record(
+            "regression_detected",
+            triggered_by=f"regression run {run.run_id}",
+            actor=actor,
+            evidence=evidence | {"rolled_back_to": rollback_to},
+            pipeline_version_before=pipeline_version,
+            pipeline_version_after=rollback_to or pipeline_version,
+        )
+        alert = (
+            f"golden-set regression on {pipeline_version}: "
+            + ", ".join(f"{c.metric} {c.relative_change:+.1%}" for c in regressed)
+            + (f"; rolled back to {rollback_to}" if rollback_to else "; no earlier approved version to roll back to")
+        )
+        send_alert(alert, evidence, webhook_url)
+    status = "completed" if items or not entries else "failed"
+    store.regressions.finish(
+        run.run_id,
+        metrics=metrics,
+        regression_detected=detected,
+        rollback_triggered=rollback_to is not None,
+        status=status,
+        report={
+            "items": items,
+            "errors": errors,
+            "baseline_run_id": baseline.run_id if baseline else None,
+            "comparisons": [c.to_json() for c in comparisons],
+        },
+    )
+    return RegressionResult(
+        run_id=run.run_id,
+        run_status=status,
+        regression_detected=detected,
+        rollback_triggered=rollback_to is not None,
+        pipeline_version=pipeline_version,
+        baseline_run_id=baseline.run_id if baseline else None,
+        baseline_version=baseline.pipeline_version if baseline else None,
+        rolled_back_to=rollback_to,
+        golden_set_version=store.golden.golden_set_version(),
+        entries=len(entries),
+        metrics=metrics,
+        comparisons=comparisons,
+        alert=alert,
+    )
