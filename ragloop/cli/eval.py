@@ -35,6 +35,18 @@ ConfigArg = Annotated[
 ]
 
 
+def _database_golden() -> Path:
+    """The database golden set (the one source of truth), exported for this run as harness JSONL."""
+    from ragloop.experiments.golden import export_jsonl
+    from ragloop.store import Store
+
+    path = settings().home / "eval" / "golden-db.jsonl"
+    with Store.open() as store:
+        if export_jsonl(store, path) == 0:
+            fail("the database golden set is empty: `ragloop golden import FILE` first, or pass --golden")
+    return path
+
+
 def _runs_dir(out_dir: Path | None) -> Path:
     return out_dir or settings().home / "eval" / "runs"
 
@@ -54,7 +66,10 @@ def run_cmd(
         "lexical"
     ),
     judge_repeats: Annotated[int, typer.Option("--judge-repeats", help="Judge each item k times.")] = 1,
-    golden: Annotated[Path | None, typer.Option("--golden", help="Golden-set JSONL (--dataset golden).")] = None,
+    golden: Annotated[
+        Path | None,
+        typer.Option("--golden", help="An exported golden JSONL (--dataset golden; default: the database set)."),
+    ] = None,
     collection: Annotated[str | None, typer.Option("--collection", "-c", help="Collection (--dataset golden).")] = None,
     verified_only: Annotated[bool, typer.Option("--verified-only", help="Golden: verified items only.")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="Discard earlier results in the run directory.")] = False,
@@ -68,6 +83,8 @@ def run_cmd(
     from ragloop.evaluation.suites import load_suite, sample_items
     from ragloop.models.errors import ModelError
 
+    if dataset == "golden" and golden is None:
+        golden = _database_golden()
     try:
         suite = load_suite(dataset, golden=golden, collection=collection, verified_only=verified_only)
         name, cfg = load_config(config)
