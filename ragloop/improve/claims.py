@@ -1,8 +1,10 @@
 """The two conditional claims the scheduler and auditor need beyond `store.improvement_actions`:
 
 - `claim_action`: proposed (or scheduled with an expired lease) -> scheduled for one named action,
-  only while its component has no other action in flight *or applied and not yet audited* (the
-  seed's "the second waits for the first to complete and its quality impact to be measured").
+  only while no action with its conflict key is in flight *or applied and not yet audited* (the
+  seed's "the second waits for the first to complete and its quality impact to be measured"). The
+  key is the component, narrowed by the remediation kind where its actions touch disjoint parts
+  (expansion entries of different query groups share `expansion_cache:<collection>`).
   `ImprovementActions.claim_next` takes the best due action but counts only scheduled ones as
   busy, and cannot be asked for a particular row.
 - `claim_audit`: moves an applied action's `audit_due_at` forward by a lease, conditional on the
@@ -14,11 +16,11 @@ serialise with `claim_next`. They belong in the repository; they live here until
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, and_, exists, or_, update
-from sqlalchemy.orm import aliased
+from sqlalchemy import Table, and_, or_, select, update
 
 from ragloop.store import ImprovementAction, Store
 from ragloop.store.repositories._base import _serialize
@@ -28,22 +30,34 @@ A = ACTIONS.c
 CLAIM_LOCK = "improvement_actions:claim"
 
 
-def claim_action(store: Store, action_id: str, claimer: str, now: datetime, lease_s: float) -> bool:
-    other = aliased(ImprovementAction)
-    busy = exists().where(
-        other.component == A.component,
-        other.action_id != A.action_id,
-        or_(
-            and_(other.status == "scheduled", other.lease_expires_at > now),
-            and_(other.status == "applied", other.audit_due_at.is_not(None), other.audited_at.is_(None)),
-        ),
+ConflictKey = Callable[[str, str, str], str]
+"""(kind, component, dedupe_key) -> the key two conflicting actions share."""
+
+
+def claim_action(
+    store: Store, action_id: str, claimer: str, now: datetime, lease_s: float, conflict_key: ConflictKey
+) -> bool:
+    in_flight = or_(
+        and_(A.status == "scheduled", A.lease_expires_at > now),
+        and_(A.status == "applied", A.audit_due_at.is_not(None), A.audited_at.is_(None)),
     )
     due = or_(A.status == "proposed", and_(A.status == "scheduled", A.lease_expires_at <= now))
     with store.db.transaction() as s:
         _serialize(s, CLAIM_LOCK)
+        mine = s.execute(select(A.kind, A.component, A.dedupe_key).where(A.action_id == action_id)).first()
+        if mine is None:
+            return False
+        key = conflict_key(mine.kind, mine.component, mine.dedupe_key)
+        others = s.execute(
+            select(A.kind, A.component, A.dedupe_key).where(
+                A.action_id != action_id, A.component == mine.component, in_flight
+            )
+        ).all()
+        if any(conflict_key(o.kind, o.component, o.dedupe_key) == key for o in others):
+            return False
         result = s.execute(
             update(ACTIONS)
-            .where(A.action_id == action_id, due, ~busy)
+            .where(A.action_id == action_id, due)
             .values(
                 status="scheduled",
                 claimed_by=claimer,

@@ -2,7 +2,9 @@
 
 `run_pass` is what `ragloop improve run` and the service worker call after diagnosis. Auditing
 comes first so that a component whose change was just judged is free again and a raised evidence
-threshold already applies to this pass's proposals.
+threshold already applies to this pass's proposals. `revert_action` is the admin's undo
+(`POST /v1/improvements/{id}/revert`): the remediation's own revert, then the action reverted and
+audited with the admin as actor (no threshold change: an admin may revert for reasons of their own).
 """
 
 from __future__ import annotations
@@ -16,16 +18,21 @@ from typing import Any
 from ragloop.config.pipeline import PipelineConfig
 from ragloop.config.settings import Settings
 from ragloop.improve.auditor import Auditor, AuditResult
+from ragloop.improve.claims import claim_audit
 from ragloop.improve.clock import SYSTEM_CLOCK, Clock
 from ragloop.improve.remediation import (
+    REMEDIATIONS,
+    ActionSpec,
+    AppliedChange,
     ExpansionBackend,
     RemediationContext,
     RemediationSettings,
     make_expansion_backend,
+    make_remediation,
 )
 from ragloop.improve.scheduler import Outcome, Policy, Scheduler, ScheduleResult, summarize
 from ragloop.retrieval.collection import Collection
-from ragloop.store import Store
+from ragloop.store import ImprovementAction, ImprovementActions, NotFoundError, Store, StoreConflictError
 
 REDIS_URL_ENV = "RAGLOOP_REDIS_URL"
 
@@ -133,3 +140,53 @@ def run_pass(
     finally:
         if resolver is not None:
             resolver.close()
+
+
+def current_config(store: Store) -> PipelineConfig:
+    """The active pipeline version's config (the defaults before any activation)."""
+    current = store.pipelines.current()
+    return PipelineConfig.model_validate(current.config) if current is not None else PipelineConfig()
+
+
+def revert_action(
+    store: Store,
+    action_id: str,
+    *,
+    actor: str = "admin",
+    settings: Settings | None = None,
+    config: PipelineConfig | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    redis_url: str | None = None,
+) -> ImprovementAction:
+    """Undo an applied (or kept) action. NotFoundError: no such action; StoreConflictError: not
+    applied, no remediation reverts its kind, or an auditor holds it right now."""
+    actions = ImprovementActions(store.db, clock=clock)
+    row = actions.get(action_id)
+    if row is None:
+        raise NotFoundError(f"no improvement action {action_id!r}")
+    if row.status not in ("applied", "kept"):
+        raise StoreConflictError(f"action {action_id} is {row.status}: only applied or kept actions are reverted")
+    spec = ActionSpec.from_row(row)
+    if spec.kind not in REMEDIATIONS:
+        raise StoreConflictError(f"no remediation reverts {spec.kind.value!r} actions")
+    change = AppliedChange.model_validate(row.revert_payload or {"kind": spec.kind, "effect": "record", "summary": ""})
+    due = row.audit_due_at
+    if row.status == "applied" and due is not None and not claim_audit(store, action_id, due, clock.now(), 600.0):
+        raise StoreConflictError(f"action {action_id} is being audited; try again")
+    ctx, resolver = make_context(
+        store, config or current_config(store), settings=settings, clock=clock, redis_url=redis_url
+    )
+    try:
+        make_remediation(spec).revert(ctx, change)
+    finally:
+        resolver.close()
+    with store.db.transaction():
+        reverted = actions.mark_reverted(action_id, reason=f"reverted by {actor}")
+        store.audit.record(
+            "remediation_revert",
+            triggered_by=f"revert:{action_id}",
+            actor=actor,
+            evidence={"action_id": action_id, "kind": row.kind, "domain": row.domain, "undone": change.revert},
+            refers_to=spec.payload.get("applied_log_id"),
+        )
+    return reverted

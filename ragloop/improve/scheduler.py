@@ -2,19 +2,24 @@
 
 Rules, in the order they are checked for each due action (proposed, or scheduled by a scheduler
 whose lease ran out):
-1. Order: user-reported first, then priority = impact (answers in the action's group) x
-   confidence / cost (`remediation.priority`), then age.
-2. Evidence threshold: an action whose diagnosis confidence is below its kind's threshold is
+1. Order: user-reported first, then priority = impact (answers in the action's group: similar
+   queries that would benefit) x confidence / cost, then age.
+2. Readiness: an action that needs more data (a ranking buffer below its size, a threshold refit
+   without enough labelled samples) stays proposed.
+3. Evidence threshold: an action whose diagnosis confidence is below its kind's threshold is
    rejected. Thresholds start at `base_threshold` and rise each time the auditor reverts that kind
    (adaptive conservatism); they are audit-log entries (`evidence_threshold`), read back here.
-3. Daily cap: at most `daily_cap` DIRECT remediations applied per domain (collection) per day of
+4. Daily cap: at most `daily_cap` DIRECT remediations applied per domain (collection) per day of
    the clock; the rest stay proposed for the next day. Candidates and records are not capped:
    they change nothing that serves.
-4. Conflicts: one action per component in flight or applied-and-unaudited; the next waits.
-5. Exactly once: the claim is a conditional UPDATE (`claims.claim_action`); the action becomes
+5. Conflicts: one action per conflict key (the component; an expansion entry narrows it to its query
+   group) in flight or applied-and-unaudited; the next waits until the first is audited.
+6. Exactly once: the claim is a conditional UPDATE (`claims.claim_action`); the action becomes
    `applied` and its audit entry (evidence, expected delta, the change) is written in one
    transaction, so a change is never recorded twice and never recorded without its entry.
-A DIRECT action's query group is measured just before apply: the auditor's "before".
+A DIRECT action's query group is measured just before apply: the auditor's "before"; when the
+proposal carries no expected delta, it is `EXPECTED_SHARE` x confidence x the group's headroom
+(1 - its baseline), the improvement the diagnosis promises.
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ from ragloop.improve.remediation import (
     ActionSpec,
     AppliedChange,
     Effect,
+    GroupMeasurement,
     RemediationContext,
     make_remediation,
-    priority,
 )
 from ragloop.improve.remediation.measure import measure
 from ragloop.improve.remediation.ranking import audit_action_type
@@ -44,6 +49,8 @@ from ragloop.improve.types import ActionKind
 from ragloop.store import ImprovementActions, StoreConflictError
 
 THRESHOLD_ACTION = "evidence_threshold"
+USER_REPORTED_BOOST = 2.0
+EXPECTED_SHARE = 0.5
 
 
 class Policy(BaseModel):
@@ -68,6 +75,7 @@ class Policy(BaseModel):
 class Outcome(StrEnum):
     APPLIED = "applied"
     REJECTED = "rejected"
+    NOT_READY = "not_ready"
     DEFERRED_CAP = "deferred_cap"
     DEFERRED_CONFLICT = "deferred_conflict"
     CLAIMED_ELSEWHERE = "claimed_elsewhere"
@@ -102,14 +110,32 @@ def evidence_thresholds(ctx: RemediationContext, policy: Policy) -> dict[ActionK
     return out
 
 
+def priority(spec: ActionSpec) -> float:
+    cls = REMEDIATIONS.get(spec.kind)
+    cost = cls.cost if cls is not None else 1.0
+    boost = USER_REPORTED_BOOST if spec.user_reported else 1.0
+    return round(max(len(spec.answer_ids), 1) * spec.confidence * boost / cost, 6)
+
+
 def rank_key(spec: ActionSpec) -> tuple[int, float]:
-    p = priority(spec.kind, impact=len(spec.answer_ids), confidence=spec.confidence, user_reported=spec.user_reported)
-    return (0 if spec.user_reported else 1, -p)
+    return (0 if spec.user_reported else 1, -priority(spec))
 
 
 def _is_direct(kind: ActionKind) -> bool:
     cls = REMEDIATIONS.get(kind)
     return cls is not None and cls.effect is Effect.DIRECT
+
+
+def conflict_key(kind: str, component: str, dedupe_key: str) -> str:
+    cls = REMEDIATIONS.get(ActionKind(kind)) if kind in ActionKind._value2member_map_ else None
+    return cls.conflict_key(component, dedupe_key) if cls is not None else component
+
+
+def expected_delta(spec: ActionSpec, baseline: GroupMeasurement | None) -> dict[str, Any] | None:
+    if spec.expected_delta is not None or baseline is None:
+        return spec.expected_delta
+    value = EXPECTED_SHARE * spec.confidence * (1.0 - baseline.mean)
+    return {"metric": "target_recall_at_k", "value": round(value, 4), "from": "confidence x headroom"}
 
 
 @dataclass
@@ -135,16 +161,20 @@ class Scheduler:
                 continue
         return sorted(specs, key=lambda s: (*rank_key(s), s.action_id))
 
-    def _busy_components(self) -> set[str]:
+    def _busy(self) -> set[str]:
         rows = self.actions.listed(status="applied", limit=10_000)
-        return {r.component for r in rows if r.audit_due_at is not None and r.audited_at is None}
+        return {
+            conflict_key(r.kind, r.component, r.dedupe_key)
+            for r in rows
+            if r.audit_due_at is not None and r.audited_at is None
+        }
 
     def run(self) -> list[ScheduleResult]:
         thresholds = evidence_thresholds(self.ctx, self.policy)
         since = day_start(self.ctx.clock.now())
         applied_today: dict[str | None, int] = defaultdict(int)
         counted: set[str | None] = set()
-        busy = self._busy_components()
+        busy = self._busy()
         out: list[ScheduleResult] = []
         for spec in self.due():
             if sum(r.outcome is Outcome.APPLIED for r in out) >= self.policy.max_per_pass:
@@ -152,6 +182,10 @@ class Scheduler:
             direct = _is_direct(spec.kind)
             if spec.kind not in REMEDIATIONS:
                 out.append(self._result(spec, Outcome.UNSUPPORTED, f"no remediation implements {spec.kind.value} yet"))
+                continue
+            waiting = make_remediation(spec).ready(self.ctx) if self._valid(spec) else None
+            if waiting is not None:
+                out.append(self._result(spec, Outcome.NOT_READY, waiting))
                 continue
             if spec.confidence < thresholds[spec.kind]:
                 out.append(
@@ -172,24 +206,31 @@ class Scheduler:
                         )
                     )
                     continue
-                if spec.component in busy:
-                    out.append(
-                        self._result(spec, Outcome.DEFERRED_CONFLICT, f"{spec.component} has an unaudited change")
-                    )
+                key = conflict_key(spec.kind.value, spec.component, spec.dedupe_key)
+                if key in busy:
+                    out.append(self._result(spec, Outcome.DEFERRED_CONFLICT, f"{key} has an unaudited change"))
                     continue
             result = self.apply_one(spec)
             out.append(result)
             if result.outcome is Outcome.APPLIED and direct:
                 applied_today[spec.domain] += 1
-                busy.add(spec.component)
+                busy.add(conflict_key(spec.kind.value, spec.component, spec.dedupe_key))
         return out
+
+    @staticmethod
+    def _valid(spec: ActionSpec) -> bool:
+        try:
+            make_remediation(spec)
+        except ValidationError:
+            return False  # apply_one records it as failed
+        return True
 
     def _applied_direct_since(self, since: Any, domain: str | None) -> int:
         return sum(self.actions.applied_since(since, domain=domain, kind=k.value) for k in ActionKind if _is_direct(k))
 
     def apply_one(self, spec: ActionSpec) -> ScheduleResult:
         ctx, now = self.ctx, self.ctx.clock.now()
-        if not claim_action(ctx.store, spec.action_id, self.worker, now, self.policy.lease_s):
+        if not claim_action(ctx.store, spec.action_id, self.worker, now, self.policy.lease_s, conflict_key):
             return self._result(
                 spec, Outcome.CLAIMED_ELSEWHERE, "claimed by another scheduler, or its component is busy"
             )
@@ -208,6 +249,7 @@ class Scheduler:
             self.actions.mark_failed(spec.action_id, f"{type(exc).__name__}: {exc}", claimer=self.worker, retry=retry)
             return self._result(spec, Outcome.RETRY if retry else Outcome.FAILED, f"{type(exc).__name__}: {exc}")
         change = change.model_copy(update={"group": group, "baseline": baseline})
+        spec = spec.model_copy(update={"expected_delta": expected_delta(spec, baseline)})
         try:
             log_id = self._record(spec, change)
         except Exception as exc:

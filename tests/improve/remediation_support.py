@@ -24,7 +24,7 @@ from ragloop.improve.remediation import (
 )
 from ragloop.improve.types import ActionKind
 from ragloop.retrieval.collection import Collection
-from ragloop.store import ImprovementAction, Store
+from ragloop.store import ImprovementAction, Store, question_hash
 from tests.agent.conftest import HASHED
 from tests.store.conftest import DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, _ci, require_postgres
 
@@ -116,18 +116,29 @@ def propose_expansion(
     confidence: float = 0.8,
     user_reported: bool = False,
     answers: int = 1,
-    key: str | None = None,
-    component: str | None = None,
+    expected: float | None = None,
 ) -> ImprovementAction:
-    from ragloop.improve.remediation.expansion import expansion_component
-
+    """An expansion action as the diagnosis pass proposes it (`ragloop.improve.proposals.spec_for`):
+    one component per collection, the question's hash as the dedupe key, no expected delta."""
     return store.improvement_actions.propose(
         ActionKind.EXPANSION_CACHE.value,
-        component or expansion_component(coll.name, question),
-        key or question,
+        f"expansion_cache:{coll.name}",
+        question_hash(question),
         domain=coll.name,
         answer_ids=[f"a-{secrets.token_hex(4)}" for _ in range(answers)],
-        evidence={"confidence": confidence, "user_reported": user_reported, "mode": "embedding_failure"},
-        expected_delta={"metric": "target_recall_at_k", "value": round(0.5 * confidence, 4)},
-        payload={"collection": coll.name, "question": question, "chunk_ids": chunk_ids},
+        evidence={"confidence": confidence, "failure_mode": "embedding_failure", "user_reported": user_reported},
+        expected_delta=None if expected is None else {"metric": "target_recall_at_k", "value": expected},
+        payload={"collection": coll.name, "question": question, "chunk_ids": chunk_ids, "doc_id": None},
+    ).action
+
+
+def propose_rechunk(store: Store, coll: Collection, doc_id: str, key: str, question: str = "") -> ImprovementAction:
+    return store.improvement_actions.propose(
+        ActionKind.RECHUNK_DOCUMENT.value,
+        f"doc:{coll.name}/{doc_id}",
+        key,
+        domain=coll.name,
+        answer_ids=[f"a-{secrets.token_hex(4)}"],
+        evidence={"confidence": 0.8, "failure_mode": "chunking_failure"},
+        payload={"collection": coll.name, "question": question, "doc_id": doc_id, "chunk_ids": []},
     ).action

@@ -11,13 +11,13 @@ import pytest
 
 from ragloop.improve.auditor import Verdict, decide
 from ragloop.improve.clock import ManualClock
-from ragloop.improve.remediate import PassReport, run_pass
+from ragloop.improve.remediate import PassReport, revert_action, run_pass
 from ragloop.improve.remediation import RegistryExpansionBackend
 from ragloop.improve.remediation.measure import Delta
 from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy
 from ragloop.retrieval.collection import Collection
-from ragloop.store import Store
-from tests.agent.conftest import DOCS, make_collection
+from ragloop.store import Store, StoreConflictError
+from tests.agent.conftest import DOCS, HASHED, make_collection
 from tests.improve.remediation_support import K1, QUESTION, chunk_of, context, propose_expansion
 
 WINDOW = Policy(audit_window_s=5.0)
@@ -65,15 +65,21 @@ def test_a_change_that_helps_its_group_is_kept_after_the_window(store: Store, co
     assert [e.chunk_ids for e in RegistryExpansionBackend(coll.registry).entries()] == [(ferry,)]
 
 
-def test_a_change_far_below_expectation_is_reverted_and_the_threshold_raised(store: Store, coll: Collection) -> None:
+def test_a_change_far_below_expectation_is_reverted_and_the_threshold_raised(
+    store: Store, coll: Collection, tmp_path: Path
+) -> None:
     clock = ManualClock()
-    bridge = chunk_of(coll, "bridge.md")  # already served: pinning it changes nothing for the group
-    action = propose_expansion(store, coll, QUESTION, [bridge], confidence=0.8)
+    ferry = chunk_of(coll, "ferry.md")
+    action = propose_expansion(store, coll, QUESTION, [ferry], confidence=0.8)
     _pass(store, coll, clock)
     assert len(RegistryExpansionBackend(coll.registry).entries()) == 1
+    # the document is edited and re-ingested: the pinned chunk no longer exists, the entry helps nobody
+    (tmp_path / "docs" / "ferry.md").write_text(DOCS["ferry.md"] + " The last ferry was sold in 1891.")
+    coll.ingest([tmp_path / "docs"], HASHED)
     clock.advance(6)
     [audit] = _pass(store, coll, clock).audited
-    assert audit.verdict is Verdict.REVERTED and audit.delta is not None and audit.delta.hi < 0.5 * 0.4
+    assert audit.verdict is Verdict.REVERTED and audit.delta is not None
+    assert audit.expected == 0.4 and audit.delta.hi < 0.5 * 0.4  # 0.5 x confidence x headroom 1
     assert (audit.threshold_before, audit.threshold_after) == (0.5, 0.6)
     assert RegistryExpansionBackend(coll.registry).entries() == []  # undone
     row = store.improvement_actions.get(action.action_id)
@@ -94,6 +100,20 @@ def test_a_change_far_below_expectation_is_reverted_and_the_threshold_raised(sto
     strong = propose_expansion(store, coll, "Who ran the Vell ferry?", [ferry], confidence=0.7)
     outcomes = {r.action_id: r.outcome for r in _pass(store, coll, clock).scheduled}
     assert outcomes == {weak.action_id: Outcome.REJECTED, strong.action_id: Outcome.APPLIED}
+
+
+def test_an_admin_revert_undoes_and_audits(store: Store, coll: Collection) -> None:
+    clock = ManualClock()
+    action = propose_expansion(store, coll, QUESTION, [chunk_of(coll, "ferry.md")])
+    _pass(store, coll, clock)
+    settings = coll.settings
+    reverted = revert_action(store, action.action_id, actor="admin:k1", settings=settings, config=K1, clock=clock)
+    assert reverted.status == "reverted" and RegistryExpansionBackend(coll.registry).entries() == []
+    [entry] = store.audit.timeline(action_type="remediation_revert")
+    assert entry.actor == "admin:k1" and entry.refers_to == reverted.payload["applied_log_id"]
+    assert store.audit.timeline(action_type=THRESHOLD_ACTION) == []
+    with pytest.raises(StoreConflictError):
+        revert_action(store, action.action_id, settings=settings, config=K1, clock=clock)
 
 
 @pytest.mark.parametrize(

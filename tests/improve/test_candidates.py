@@ -11,10 +11,10 @@ import pytest
 from ragloop.config.pipeline import RetrievalConfig
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.remediation import ranking
-from ragloop.improve.remediation.ranking import RankingTuple, buffered, fit_fusion, retriever_rr
+from ragloop.improve.remediation.ranking import RankingTuple, fit_fusion, retriever_rr
 from ragloop.improve.remediation.thresholds import GateSample, fit_tau_lower, wilson_upper
 from ragloop.improve.scheduler import Outcome, Scheduler
-from ragloop.improve.types import ActionKind
+from ragloop.improve.types import ActionKind, MissedChunk, RankingEvidence
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
 from tests.agent.conftest import DOCS, make_collection
@@ -63,35 +63,70 @@ def test_the_refit_reads_the_real_retriever(store: Store, coll: Collection) -> N
     assert fit.queries == 1 and not fit.improves  # one query: no interval, no candidate
 
 
-def test_the_buffer_fills_through_the_audit_log_and_refits_into_a_candidate(
+def _ranking_failure(store: Store, question: str, chunk_id: str, rank: int) -> str:
+    """An answer with a completed ranking-failure diagnosis, as the diagnosis pass leaves it."""
+    answer = store.queries.record_answer(session_id="s", question=question, answer_text="?", pipeline_version="pv-x")
+    store.diagnoses.open(answer.answer_id, reasons=["negative_feedback"], collection="kb")
+    evidence = RankingEvidence(k=1, missed=(MissedChunk(chunk_id=chunk_id, oracle_score=0.8, rank=rank),))
+    store.diagnoses.complete(
+        answer.answer_id,
+        failure_mode="ranking_failure",
+        confidence=0.9,
+        evidence=evidence.model_dump(mode="json"),
+        actions=[],
+        rule="oracle-in-top-100-not-top-k",
+        diagnosis_input={"question": question},
+    )
+    return answer.answer_id
+
+
+def test_the_buffer_fills_with_the_actions_answers_and_refits_into_a_candidate(
     store: Store, coll: Collection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     improving = ranking.FusionFit(0.9, None, 0.3, 0.6, 0.25, 0.1, 0.4, 3, [])
-    monkeypatch.setattr(ranking, "fit_fusion", lambda *a, **k: improving)
-    for i in range(3):
+    seen: list[list[RankingTuple]] = []
+
+    def fake_fit(tuples: list[RankingTuple], *_a: object, **_k: object) -> ranking.FusionFit:
+        seen.append(list(tuples))
+        return improving
+
+    monkeypatch.setattr(ranking, "fit_fusion", fake_fit)
+    ctx = context(store, coll, ManualClock(), ranking_buffer_size=3)
+    sched = Scheduler(ctx)
+
+    def fail(i: int) -> str:
+        # one ranking action per collection and pipeline version: later failures join it
+        answer_id = _ranking_failure(store, f"question {i}?", f"chunk-{i}", rank=3 + i)
         store.improvement_actions.propose(
             ActionKind.RANKING_BUFFER.value,
-            "ranking:kb",
-            f"k{i}",
+            "ranking_buffer:kb",
+            K1.version_id,
             domain="kb",
-            answer_ids=[f"a{i}"],
+            answer_ids=[answer_id],
             evidence={"confidence": 0.9},
-            payload={"collection": "kb", "tuples": [t.model_dump() for t in _tuples(3)[i : i + 1]]},
+            payload={"collection": "kb", "question": f"question {i}?", "chunk_ids": [f"chunk-{i}"]},
         )
-    ctx = context(store, coll, ManualClock(), ranking_buffer_size=3)
-    results = Scheduler(ctx).run()
-    assert [r.outcome for r in results] == [Outcome.APPLIED] * 3
-    assert [r.candidate_version for r in results][:2] == [None, None]
-    candidate = results[2].candidate_version
+        return answer_id
+
+    fail(0)
+    fail(1)
+    [waiting] = sched.run()
+    assert waiting.outcome is Outcome.NOT_READY and waiting.detail == "ranking buffer 2/3"
+    fail(2)
+    [result] = sched.run()
+    assert result.outcome is Outcome.APPLIED and seen[0] == [
+        RankingTuple(query=f"question {i}?", chunk_id=f"chunk-{i}", rank=3 + i, score=0.8) for i in range(3)
+    ]
+    candidate = result.candidate_version
     assert candidate is not None
     row = store.pipelines.get(candidate)
     assert row is not None and row.status == "candidate" and store.pipelines.current() is None  # never activated
     assert row.config["retrieval"]["fusion"] == {**K1.retrieval.fusion.model_dump(mode="json"), "dense_weight": 0.9}
     [refit] = store.audit.timeline(action_type=ranking.REFIT_ACTION)
-    assert refit.evidence["tuples"] == 3 and refit.pipeline_version_after == candidate
-    assert refit.refers_to == results[2].audit_log_id
-    assert buffered(store, "kb") == []  # consumed
-    assert all(store.improvement_actions.get(r.action_id).audit_due_at is None for r in results)  # type: ignore[union-attr]
+    assert refit.evidence["tuples"] == 3 and refit.evidence["answers"] == 3
+    assert refit.pipeline_version_after == candidate and refit.refers_to == result.audit_log_id
+    action = store.improvement_actions.get(result.action_id)
+    assert action is not None and action.status == "applied" and action.audit_due_at is None
 
 
 def test_tau_lower_refit_keeps_false_refusals_under_the_bound() -> None:

@@ -5,11 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ragloop.improve.clock import Clock, ManualClock, SystemClock, day_start
-from ragloop.improve.remediation import REMEDIATIONS, ActionSpec, UnsupportedAction, make_remediation, proposals_for
+from ragloop.improve.proposals import Context, spec_for
+from ragloop.improve.remediation import (
+    REMEDIATIONS,
+    ActionSpec,
+    RegistryExpansionBackend,
+    UnsupportedAction,
+    make_remediation,
+)
 from ragloop.improve.scheduler import Outcome, Scheduler
 from ragloop.improve.types import (
     ActionKind,
@@ -61,6 +69,7 @@ def coll(tmp_path: Path) -> Iterator[Collection]:
 
 
 def test_a_diagnosis_becomes_an_applied_expansion_entry(tmp_path: Path, coll: Collection) -> None:
+    """Through the diagnosis pass's own proposal (`proposals.spec_for`): its payload is what apply reads."""
     ferry = chunk_of(coll, "ferry.md")
     diagnosis = Diagnosis(
         mode=FailureMode.EMBEDDING_FAILURE,
@@ -72,19 +81,24 @@ def test_a_diagnosis_becomes_an_applied_expansion_entry(tmp_path: Path, coll: Co
         rule="oracle-not-retrieved",
         thresholds=Thresholds(),
     )
-    [proposal] = proposals_for(diagnosis, question=QUESTION, collection="kb", answer_id="a1", reasons=["correction"])
-    assert proposal.evidence["user_reported"] and proposal.priority == 1.6  # 1 answer x 0.8 x 2 / cost 1
+    where = Context(
+        answer_id="a1", question=QUESTION, collection="kb", pipeline_version="pv-x", generation=1, user_reported=True
+    )
+    spec = spec_for(diagnosis.actions[0], diagnosis, where)
+    assert spec is not None
     with Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}") as store:
-        p = proposal
-        first = store.improvement_actions.propose(p.kind.value, p.component, p.dedupe_key, **p.propose_kwargs())
-        again = store.improvement_actions.propose(
-            p.kind.value, p.component, p.dedupe_key, **{**p.propose_kwargs(), "answer_ids": ["a2"]}
-        )
+        kw: dict[str, Any] = {
+            "domain": spec.domain,
+            "evidence": spec.evidence,
+            "payload": spec.payload,
+            "priority": spec.priority,
+        }
+        first = store.improvement_actions.propose(spec.kind, spec.component, spec.dedupe_key, answer_ids=["a1"], **kw)
+        again = store.improvement_actions.propose(spec.kind, spec.component, spec.dedupe_key, answer_ids=["a2"], **kw)
         assert first.created and not again.created and again.action.answer_ids == ["a1", "a2"]
         [result] = Scheduler(context(store, coll, ManualClock(), paraphrases=False)).run()
         assert result.outcome is Outcome.APPLIED
         [entry] = store.audit.timeline(action_type="remediation:expansion_cache")
-        assert entry.evidence["diagnosis"]["mode"] == "embedding_failure" and entry.evidence["answer_ids"] == [
-            "a1",
-            "a2",
-        ]
+        assert entry.evidence["answer_ids"] == ["a1", "a2"] and entry.evidence["confidence"] == 0.8
+        assert entry.expected_delta is not None and entry.expected_delta["value"] > 0
+        assert [e.chunk_ids for e in RegistryExpansionBackend(coll.registry).entries()] == [(ferry,)]

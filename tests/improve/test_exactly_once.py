@@ -12,7 +12,7 @@ import pytest
 from ragloop.improve.claims import claim_action
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.remediation import ActionSpec, AppliedChange, ExpansionCacheAction, RemediationContext
-from ragloop.improve.scheduler import Outcome, Policy, Scheduler
+from ragloop.improve.scheduler import Outcome, Policy, Scheduler, conflict_key
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
 from tests.agent.conftest import DOCS, make_collection
@@ -45,7 +45,7 @@ def test_racing_claims_take_one_action_once(store_url: str, coll: Collection) ->
 
         def claim(i: int) -> None:
             barrier.wait()
-            if claim_action(stores[i], action.action_id, f"w{i}", now, 600.0):
+            if claim_action(stores[i], action.action_id, f"w{i}", now, 600.0, conflict_key):
                 won.append(f"w{i}")
 
         threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(stores))]

@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from ragloop.config import Settings
+from ragloop.improve.auditor import Verdict
 from ragloop.improve.clock import ManualClock
+from ragloop.improve.remediate import run_pass
 from ragloop.improve.remediation import ActionSpec, RechunkAction
+from ragloop.improve.scheduler import Outcome, Policy
 from ragloop.improve.types import ActionKind
 from ragloop.ingest.registry import DocumentOverride, RegistryTxn
 from ragloop.retrieval import rechunk as rechunk_module
@@ -23,11 +26,16 @@ from tests.agent.conftest import HASHED
 from tests.improve.remediation_support import context
 
 SMALL = HASHED.with_overrides(chunking={"size": 120, "overlap": 0, "min_size": 10})
+SENTENCE = (
+    "Its lighthouse, rebuilt after the great storm of 1930 by the engineer Marta Quill, "
+    "shows a white light every six seconds across the bay."
+)
+"""136 characters: at size 120 it is split across two chunks (a chunking failure)."""
 LONG = (
     "# Harbour\n\n"
     "The harbour of Ostria was dredged in 1921 to admit larger steamers. "
-    "Its lighthouse, rebuilt after the storm of 1930, shows a white light every six seconds. "
-    "The harbour master keeps the tide tables in the old customs house by the pier. "
+    + SENTENCE
+    + " The harbour master keeps the tide tables in the old customs house by the pier. "
     "Ferries to the islands leave from the eastern quay twice a day in summer."
 )
 DOCS = {"harbour.md": LONG, "other.md": "# Other\n\nThe Ostria museum opened in 1950 with a gallery of maps."}
@@ -72,20 +80,21 @@ def test_apply_and_revert_round_trip(coll: Collection, store: Store) -> None:
         kind=ActionKind.RECHUNK_DOCUMENT,
         component="doc:kb/harbour.md",
         domain="kb",
-        payload={
-            "collection": "kb",
-            "doc_id": "harbour.md",
-            "sentence": "Its lighthouse",
-            "questions": ["lighthouse?"],
-        },
+        # as the diagnosis pass proposes it: the straddling sentence is in the chunking evidence
+        evidence={"confidence": 0.8, "diagnosis": {"kind": "chunking", "sentence": SENTENCE}},
+        payload={"collection": "kb", "question": "How often does the lighthouse flash?", "doc_id": "harbour.md"},
     )
     action = RechunkAction(spec)
-    ctx = context(store, coll, ManualClock(), config=SMALL)
+    ctx = context(store, coll, ManualClock(), config=SMALL, paraphrases=False)
+    group = action.group(ctx)
+    assert group.questions == ("How often does the lighthouse flash?",) and group.passages == (SENTENCE,)
+    assert not any(SENTENCE in t for _, t in before)  # it straddles a boundary now
     change = action.apply(ctx)
+    assert any(SENTENCE in t for _, t in _state(coll, "harbour.md")[0])  # whole in one chunk after
     after, _, ov_after = _state(coll, "harbour.md")
     assert coll.generation() == gen0 + 1
     assert ov_after["harbour.md"].size == 192 and ov_after["harbour.md"].overlap == 48  # 120 x 1.6, a quarter
-    assert len(after) < len(before) and {c for c, _ in after}.isdisjoint({c for c, _ in before})
+    assert after != before and SENTENCE in after[1][1]
     assert _state(coll, "other.md")[0] == other_before  # only the affected document changed
     assert change.revert["generation_before"] == gen0 and change.revert["override_before"] is None
 
@@ -139,3 +148,25 @@ def test_a_document_changed_on_disk_is_not_rechunked(coll: Collection, tmp_path:
     (tmp_path / "docs" / "harbour.md").write_text(LONG + " Edited.")
     with pytest.raises(Exception, match="changed on disk"):
         rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 300, 60, "test"), SMALL)
+
+
+def test_a_rechunk_that_joins_the_sentence_is_kept_by_the_auditor(coll: Collection, store: Store) -> None:
+    clock = ManualClock()
+    store.improvement_actions.propose(
+        ActionKind.RECHUNK_DOCUMENT.value,
+        "doc:kb/harbour.md",
+        f"generation:{coll.generation()}",
+        domain="kb",
+        answer_ids=["a1"],
+        evidence={"confidence": 0.8, "diagnosis": {"kind": "chunking", "sentence": SENTENCE}},
+        payload={"collection": "kb", "question": "Who rebuilt the lighthouse after the storm?", "doc_id": "harbour.md"},
+    )
+    ctx = context(store, coll, clock, config=SMALL.with_overrides(retrieval={"k": 2}))
+    policy = Policy(audit_window_s=3600)
+    [applied] = run_pass(store, SMALL, clock=clock, policy=policy, context=ctx).scheduled
+    assert applied.outcome is Outcome.APPLIED
+    clock.advance(3601)
+    [audit] = run_pass(store, SMALL, clock=clock, policy=policy, context=ctx).audited
+    assert audit.verdict is Verdict.KEPT and audit.delta is not None
+    assert audit.delta.before == 0.0 and audit.delta.lo > 0
+    assert "harbour.md" in coll.registry.document_overrides()

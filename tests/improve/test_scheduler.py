@@ -14,7 +14,7 @@ from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy, Schedul
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
 from tests.agent.conftest import DOCS, make_collection
-from tests.improve.remediation_support import QUESTION, chunk_of, context, propose_expansion
+from tests.improve.remediation_support import QUESTION, chunk_of, context, propose_expansion, propose_rechunk
 
 QUESTIONS = [f"What happened in Ostria in {1900 + i}?" for i in range(6)]
 
@@ -62,19 +62,29 @@ def test_at_most_n_per_domain_per_day_on_the_clock(store: Store, coll: Collectio
 def test_conflicting_remediations_on_one_component_are_serialised(
     store: Store, coll: Collection, clock: ManualClock
 ) -> None:
-    ferry, tower = chunk_of(coll, "ferry.md"), chunk_of(coll, "tower.md")
-    a = propose_expansion(store, coll, QUESTION, [ferry], answers=3, key="first")
-    b = propose_expansion(store, coll, QUESTION, [tower], answers=1, key="second")
-    assert a.component == b.component
+    a = propose_rechunk(store, coll, "bridge.md", "generation:1", QUESTION)
+    b = propose_rechunk(store, coll, "bridge.md", "generation:2", QUESTION)
+    other = propose_rechunk(store, coll, "tower.md", "generation:1", "How tall is the Quill Tower?")
     ctx = context(store, coll, clock, paraphrases=False)
     sched = Scheduler(ctx, Policy(audit_window_s=60))
     results = sched.run()
-    assert _by_outcome(results, Outcome.APPLIED) == [a.action_id]
+    assert sorted(_by_outcome(results, Outcome.APPLIED)) == sorted([a.action_id, other.action_id])
     assert _by_outcome(results, Outcome.DEFERRED_CONFLICT) == [b.action_id]
     clock.advance(30)
     assert _by_outcome(sched.run(), Outcome.DEFERRED_CONFLICT) == [b.action_id]
     store.improvement_actions.mark_kept(a.action_id, actual_delta={"diff": 1.0})  # audited
     assert _by_outcome(sched.run(), Outcome.APPLIED) == [b.action_id]
+
+
+def test_expansion_entries_of_different_questions_do_not_conflict(
+    store: Store, coll: Collection, clock: ManualClock
+) -> None:
+    ferry = chunk_of(coll, "ferry.md")
+    ids = [propose_expansion(store, coll, q, [ferry]).action_id for q in QUESTIONS[:2]]
+    rows = [store.improvement_actions.get(i) for i in ids]
+    assert len({r.component for r in rows if r is not None}) == 1  # the pass gives them one component
+    results = Scheduler(context(store, coll, clock, paraphrases=False)).run()
+    assert sorted(_by_outcome(results, Outcome.APPLIED)) == sorted(ids)
 
 
 def test_each_application_is_audited_with_its_evidence(store: Store, coll: Collection, clock: ManualClock) -> None:
@@ -92,7 +102,14 @@ def test_each_application_is_audited_with_its_evidence(store: Store, coll: Colle
     assert change.baseline is not None and len(change.baseline.scores) == len(change.group.questions)
     entry = store.audit.get(result.audit_log_id)
     assert entry is not None and entry.action_type == "remediation:expansion_cache"
-    assert entry.expected_delta == {"metric": "target_recall_at_k", "value": 0.45}
+    # no expected delta in the proposal: confidence x headroom x 0.5, headroom 1 - baseline mean
+    headroom = 1.0 - change.baseline.mean
+    assert entry.expected_delta == {
+        "metric": "target_recall_at_k",
+        "value": round(0.5 * 0.9 * headroom, 4),
+        "from": "confidence x headroom",
+    }
+    assert row.expected_delta == entry.expected_delta
     assert entry.evidence["payload"]["chunk_ids"] == [ferry] and entry.evidence["confidence"] == 0.9
     assert entry.evidence["baseline"]["scores"] == list(change.baseline.scores)
     backend = RegistryExpansionBackend(coll.registry)

@@ -2,6 +2,8 @@
 
 `REMEDIATIONS` is the registry table (kind -> class), so a new kind is one row, never a branch.
 Prompt candidates and tier-1 recalibration have no remediation yet: `make_remediation` says so.
+The rows themselves are proposed by the diagnosis pass (`ragloop.improve.proposals`); each class
+reads the payload it writes (extra keys ignored).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from ragloop.improve.remediation.expansion_cache import (
     make_expansion_backend,
 )
 from ragloop.improve.remediation.gap import KnowledgeGapAction
-from ragloop.improve.remediation.proposals import ActionProposal, priority, proposals_for
 from ragloop.improve.remediation.ranking import RankingBufferAction
 from ragloop.improve.remediation.rechunk import RechunkAction
 from ragloop.improve.remediation.thresholds import ThresholdRecalibrationAction
@@ -61,7 +62,6 @@ def make_remediation(spec: ActionSpec) -> Remediation:
 
 __all__ = [
     "REMEDIATIONS",
-    "ActionProposal",
     "ActionSpec",
     "AppliedChange",
     "AuditNote",
@@ -86,6 +86,4 @@ __all__ = [
     "UnsupportedAction",
     "make_expansion_backend",
     "make_remediation",
-    "priority",
-    "proposals_for",
 ]

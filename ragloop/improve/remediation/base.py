@@ -91,6 +91,7 @@ class ActionSpec(_Frozen):
     action_id: str
     kind: ActionKind
     component: str
+    dedupe_key: str = ""
     domain: str | None = None
     answer_ids: tuple[str, ...] = ()
     evidence: dict[str, Any] = Field(default_factory=dict)
@@ -104,6 +105,7 @@ class ActionSpec(_Frozen):
             action_id=row.action_id,
             kind=ActionKind(row.kind),
             component=row.component,
+            dedupe_key=row.dedupe_key,
             domain=row.domain,
             answer_ids=tuple(row.answer_ids or ()),
             evidence=dict(row.evidence or {}),
@@ -180,6 +182,16 @@ class Remediation(ABC, Generic[P]):
     @property
     def expected_delta(self) -> Mapping[str, Any]:
         return self.spec.expected_delta or {}
+
+    @classmethod
+    def conflict_key(cls, component: str, dedupe_key: str) -> str:
+        """Two actions with the same key conflict (one in flight or unaudited at a time). By default
+        the row's component; a kind whose actions touch disjoint parts of one component narrows it."""
+        return component
+
+    def ready(self, ctx: RemediationContext) -> str | None:
+        """None when it can be applied now; otherwise why it waits (it stays proposed)."""
+        return None
 
     def group(self, ctx: RemediationContext) -> QueryGroup | None:
         """The query group the auditor measures (DIRECT effects); None for the others."""

@@ -45,6 +45,11 @@ class ExpansionCacheAction(Remediation[ExpansionPayload]):
     cost: ClassVar[float] = 1.0
     payload_type: ClassVar[type[BaseModel]] = ExpansionPayload
 
+    @classmethod
+    def conflict_key(cls, component: str, dedupe_key: str) -> str:
+        """Entries for different query groups touch different cache rows: only one group conflicts."""
+        return f"{component}#{dedupe_key}"
+
     @property
     def entry_id(self) -> str:
         return expansion_component(self.payload.collection, self.payload.question).split(":", 2)[2]

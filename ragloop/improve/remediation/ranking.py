@@ -2,12 +2,15 @@
 buffer size a refit of the fusion weight (and the rerank weight when reranking is on) that becomes
 a *candidate* pipeline version, never the serving one.
 
-The buffer is the audit log: every applied ranking action's entry carries its tuples, and a
-`ranking_refit` entry marks the buffer of its collection consumed. The refit is a grid search
-maximising the oracle chunks' mean reciprocal rank (to `ranking_depth`) per distinct query. Its
-improvement is judged out of sample: queries are split in two folds, the weight is chosen on one
-and the per-query gain over the serving config measured on the other (and vice versa), and a
-candidate is registered only when the bootstrap interval of that held-out gain is above zero.
+The buffer is the action itself: the queue keeps one ranking action per collection and pipeline
+version, and every further ranking failure adds its answer to it while it is proposed; the tuples
+are read from those answers' diagnoses (their ranking evidence and question), plus any the payload
+carries. The action waits (stays proposed) until the buffer holds `ranking_buffer_size` tuples.
+The refit is a grid search maximising the oracle chunks' mean reciprocal rank (to `ranking_depth`)
+per distinct query. Its improvement is judged out of sample: queries are split in two folds, the
+weight is chosen on one and the per-query gain over the serving config measured on the other (and
+vice versa), and a candidate is registered only when the bootstrap interval of that held-out gain
+is above zero. The decision, either way, is its own audit entry (`ranking_refit`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from ragloop.config.pipeline import RetrievalConfig
 from ragloop.evaluation.stats import bootstrap_ci
@@ -47,7 +50,7 @@ class RankingPayload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     collection: str
-    tuples: tuple[RankingTuple, ...] = Field(min_length=1)
+    tuples: tuple[RankingTuple, ...] = ()
 
 
 def audit_action_type(kind: ActionKind) -> str:
@@ -55,19 +58,25 @@ def audit_action_type(kind: ActionKind) -> str:
     return f"remediation:{kind.value}"
 
 
-def buffered(store: Store, collection: str, limit: int = 5000) -> list[RankingTuple]:
-    """The tuples applied for `collection` since its last refit, oldest first."""
-    refits = [
-        e for e in store.audit.timeline(action_type=REFIT_ACTION, limit=limit) if e.evidence.get("domain") == collection
-    ]
-    since = refits[0].created_at if refits else None
-    entries = store.audit.timeline(action_type=audit_action_type(ActionKind.RANKING_BUFFER), since=since, limit=limit)
+def tuples_of(store: Store, answer_ids: Sequence[str]) -> list[RankingTuple]:
+    """The ranking tuples of the answers' completed diagnoses (ranking evidence only)."""
     out: list[RankingTuple] = []
-    for e in reversed(entries):
-        if e.evidence.get("domain") != collection or (since is not None and e.created_at <= since):
+    for answer_id in answer_ids:
+        record = store.diagnoses.get(answer_id)
+        evidence = (record.evidence or {}) if record is not None else {}
+        if record is None or evidence.get("kind") != "ranking":
             continue
-        payload = e.evidence.get("payload") or {}
-        out += [RankingTuple.model_validate(t) for t in payload.get("tuples", ())]
+        question = str((record.diagnosis_input or {}).get("question") or "")
+        if not question:
+            query = store.queries.query_for_answer(answer_id)
+            question = query.question_text if query is not None else ""
+        for m in evidence.get("missed", ()):
+            if question:
+                out.append(
+                    RankingTuple(
+                        query=question, chunk_id=m["chunk_id"], rank=m.get("rank"), score=m.get("oracle_score", 0.0)
+                    )
+                )
     return out
 
 
@@ -186,14 +195,22 @@ class RankingBufferAction(Remediation[RankingPayload]):
     cost: ClassVar[float] = 0.5
     payload_type: ClassVar[type[BaseModel]] = RankingPayload
 
+    def buffer(self, ctx: RemediationContext) -> list[RankingTuple]:
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for t in [*self.payload.tuples, *tuples_of(ctx.store, self.spec.answer_ids)]:
+            if (t.query, t.chunk_id) not in seen:
+                seen.add((t.query, t.chunk_id))
+                out.append(t)
+        return out
+
+    def ready(self, ctx: RemediationContext) -> str | None:
+        n, size = len(self.buffer(ctx)), ctx.settings.ranking_buffer_size
+        return None if n >= size else f"ranking buffer {n}/{size}"
+
     def apply(self, ctx: RemediationContext) -> AppliedChange:
         p = self.payload
-        buffer = buffered(ctx.store, p.collection) + list(p.tuples)
-        size = ctx.settings.ranking_buffer_size
-        if len(buffer) < size:
-            return AppliedChange(
-                kind=self.kind, effect=Effect.RECORD, summary=f"buffered {len(p.tuples)}: {len(buffer)}/{size}"
-            )
+        buffer = self.buffer(ctx)
         fit = fit_fusion(
             buffer,
             ctx.config.retrieval,
@@ -218,6 +235,7 @@ class RankingBufferAction(Remediation[RankingPayload]):
             evidence={
                 "domain": p.collection,
                 "tuples": len(buffer),
+                "answers": len(self.spec.answer_ids),
                 "fit": fit.to_json(),
                 "candidate_version": candidate,
             },

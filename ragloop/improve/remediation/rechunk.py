@@ -23,7 +23,9 @@ class RechunkPayload(BaseModel):
     collection: str
     doc_id: str
     sentence: str = ""
-    """The supporting sentence that straddled the boundary: what a hit must hold whole."""
+    """The supporting sentence that straddled the boundary: what a hit must hold whole (default:
+    the diagnosis' chunking evidence)."""
+    question: str = ""
     questions: tuple[str, ...] = ()
     size: int | None = Field(default=None, ge=50)
     overlap: int | None = Field(default=None, ge=0)
@@ -41,8 +43,10 @@ class RechunkAction(Remediation[RechunkPayload]):
 
     def group(self, ctx: RemediationContext) -> QueryGroup:
         p = self.payload
-        questions = questions_of(ctx, self.spec.answer_ids, p.questions)
-        return group_for(ctx, p.collection, questions, passages=(p.sentence,))
+        given = p.questions or ((p.question,) if p.question else ())
+        questions = questions_of(ctx, self.spec.answer_ids, given)
+        sentence = p.sentence or str((self.spec.evidence.get("diagnosis") or {}).get("sentence") or "")
+        return group_for(ctx, p.collection, questions, passages=(sentence,))
 
     def target(self, ctx: RemediationContext, rel: str) -> DocumentOverride:
         p = self.payload

@@ -115,8 +115,10 @@ class ThresholdPayload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     collection: str
-    samples: tuple[GateSample, ...] = Field(min_length=2)
+    samples: tuple[GateSample, ...] = ()
+    """Labelled gate scores of this collection's traffic (who labelled each: `label_source`)."""
     max_false_refusal: float = Field(default=0.05, gt=0.0, lt=1.0)
+    min_samples: int = Field(default=50, ge=2)
 
 
 class ThresholdRecalibrationAction(Remediation[ThresholdPayload]):
@@ -124,6 +126,10 @@ class ThresholdRecalibrationAction(Remediation[ThresholdPayload]):
     effect: ClassVar[Effect] = Effect.CANDIDATE
     cost: ClassVar[float] = 2.0
     payload_type: ClassVar[type[BaseModel]] = ThresholdPayload
+
+    def ready(self, ctx: RemediationContext) -> str | None:
+        n, need = len(self.payload.samples), self.payload.min_samples
+        return None if n >= need else f"{n}/{need} labelled gate samples"
 
     def apply(self, ctx: RemediationContext) -> AppliedChange:
         p = self.payload
