@@ -28,15 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from enum import StrEnum
 from typing import Any
 
 from ragloop.config import PipelineConfig, Settings
 from ragloop.improve.diagnosis import Diagnoser
+from ragloop.improve.engine_config import DiagnosisConfig, Done, Outcome, ParaphraseFailedError, PassReport
 from ragloop.improve.evaluate import Outcome as JobOutcome
 from ragloop.improve.gaps import ChatQuestions, GapLogger, GapOccurrence, PreparedGap, QuestionWriter
 from ragloop.improve.oracle import OracleRetriever, ranked_chunks
@@ -55,90 +51,6 @@ log = logging.getLogger("ragloop.improve")
 
 DIAGNOSIS_TIER = Tier.DIAGNOSIS
 PARAPHRASE_FAILED = "chat model failed"
-
-
-@dataclass(frozen=True)
-class DiagnosisConfig:
-    """The pass's knobs; `RAGLOOP_DIAGNOSIS_<FIELD>` in the environment (e.g. `RAGLOOP_DIAGNOSIS_SCORER`)."""
-
-    scorer: str = "lexical"
-    """Scores chunks against the ideal answer and assesses the answer: the scorer the tree's thresholds
-    were chosen with (benchmarks/diagnosis_accuracy.py)."""
-    heuristic_threshold: float = 0.6
-    """A tier-1 score below this selects the answer (the tier-2 routing threshold)."""
-    judge_threshold: float = 0.5
-    """A tier-2 overall score below this selects the answer."""
-    timeout_s: float = 120.0
-    """One diagnosis (retrievals, scorer calls, paraphrases) may take this long before it is a failed attempt."""
-    lease_seconds: float = 300.0
-    select_limit: int = 200
-    default_collection: str = "default"
-
-    def __post_init__(self) -> None:
-        if self.timeout_s >= self.lease_seconds:
-            raise ValueError("the diagnosis timeout must be shorter than its lease")
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> DiagnosisConfig:
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(f"RAGLOOP_DIAGNOSIS_{f.name.upper()}")
-            if raw is not None and raw.strip():
-                default = getattr(cls, f.name)
-                try:
-                    values[f.name] = type(default)(raw.strip())
-                except ValueError as exc:
-                    raise ValueError(f"RAGLOOP_DIAGNOSIS_{f.name.upper()}={raw!r}: {exc}") from None
-        if "default_collection" not in values and env.get("RAGLOOP_COLLECTION", "").strip():
-            values["default_collection"] = env["RAGLOOP_COLLECTION"].strip()
-        values.update(overrides)
-        return cls(**values)
-
-
-class Outcome(StrEnum):
-    COMPLETED = "completed"
-    SKIPPED = "skipped"
-    RETRY = "retry"
-    FAILED = "failed"
-    LEASE_LOST = "lease_lost"
-
-
-class ParaphraseFailedError(RuntimeError):
-    """The paraphrase model failed on an attempt that is not the last: retry for real paraphrases."""
-
-
-@dataclass
-class PassReport:
-    selected: int = 0
-    skipped: int = 0
-    swept: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    modes: Counter[str] = field(default_factory=Counter)
-    gaps_logged: int = 0
-    actions_proposed: int = 0
-    errors: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "selected": self.selected,
-            "skipped": self.skipped,
-            "swept": self.swept,
-            "diagnosed": self.outcomes.get(Outcome.COMPLETED, 0),
-            "outcomes": dict(self.outcomes),
-            "failure_modes": dict(self.modes),
-            "knowledge_gaps_logged": self.gaps_logged,
-            "actions_proposed": self.actions_proposed,
-            "errors": self.errors[:20],
-        }
-
-
-@dataclass(frozen=True)
-class _Done:
-    outcome: Outcome
-    mode: FailureMode | None = None
-    gap: bool = False
-    actions: int = 0
 
 
 def request_diagnosis(store: Store, answer_id: str, reasons: list[str]) -> Job:
@@ -165,7 +77,10 @@ class DiagnosisEngine:
         *,
         scorer: Scorer | None = None,
         thresholds: Thresholds | None = None,
+        chat_model: Any = None,
     ) -> None:
+        """`scorer`: default `make_scorer(config.scorer)`; `chat_model` writes paraphrases and gap questions
+        (default: the served pipeline's `agent.chat_model`, none offline)."""
         self.store = store
         self.settings = settings
         self.config = config or DiagnosisConfig()
@@ -175,6 +90,7 @@ class DiagnosisEngine:
         self._embedders: dict[str, Any] = {}
         self._oracles: dict[tuple[str, int, str], tuple[Diagnoser, Retriever]] = {}
         self._chat: dict[str, Any] = {}
+        self._chat_override = chat_model
 
     # ------------------------------------------------------------------ selection
 
@@ -235,14 +151,14 @@ class DiagnosisEngine:
         done = (await self.process_job(job, worker_id)).outcome
         return JobOutcome.COMPLETED if done is Outcome.SKIPPED else JobOutcome(str(done))
 
-    async def process_job(self, job: Job, worker_id: str) -> _Done:
+    async def process_job(self, job: Job, worker_id: str) -> Done:
         try:
             served = await asyncio.to_thread(load_served, self.store, job.answer_id)
             if served is None:
                 raise NotFoundError(f"answer {job.answer_id} is gone")
             if served.ideal is None:
                 await asyncio.to_thread(self._skip, job, worker_id)
-                return _Done(Outcome.SKIPPED)
+                return Done(Outcome.SKIPPED)
             try:
                 coll, inp, diag = await asyncio.wait_for(self._diagnose(served), self.config.timeout_s)
             except TimeoutError:
@@ -252,17 +168,17 @@ class DiagnosisEngine:
                 raise ParaphraseFailedError(f"paraphrases fell back to offline variants: {'; '.join(failed)}")
             prepared = await self._prepare_gap(served, coll, diag) if diag.mode is FailureMode.KNOWLEDGE_GAP else None
             n = await asyncio.to_thread(self._commit, job, worker_id, served, coll, inp, diag, prepared)
-            return _Done(Outcome.COMPLETED, diag.mode, prepared is not None, n)
+            return Done(Outcome.COMPLETED, diag.mode, prepared is not None, n)
         except LeaseLostError as exc:
             log.warning("diagnosis of %s: lease lost, result discarded: %s", job.answer_id, exc)
-            return _Done(Outcome.LEASE_LOST)
+            return Done(Outcome.LEASE_LOST)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("diagnosis of %s, attempt %d failed: %s", job.answer_id, job.attempts, error[:300])
             try:
-                return _Done(await asyncio.to_thread(self._fail, job, worker_id, error))
+                return Done(await asyncio.to_thread(self._fail, job, worker_id, error))
             except LeaseLostError:
-                return _Done(Outcome.LEASE_LOST)
+                return Done(Outcome.LEASE_LOST)
 
     # ------------------------------------------------------------------ diagnosing
 
@@ -291,6 +207,8 @@ class DiagnosisEngine:
         return self._scorer
 
     def _chat_model(self, name: str | None) -> Any:
+        if self._chat_override is not None:
+            return self._chat_override
         if not name:
             return None
         if name not in self._chat:

@@ -4,6 +4,7 @@ knowledge-gap log, proposed actions, and failures that are recorded and retried.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 from ragloop.config import Settings
 from ragloop.improve.engine import DIAGNOSIS_TIER, DiagnosisConfig, DiagnosisEngine, Outcome, request_diagnosis
 from ragloop.improve.types import DiagnosisInput, FailureMode
+from ragloop.models.chat.base import ChatRequest
+from ragloop.models.chat.testing import FunctionModel
 from ragloop.models.errors import ModelError
 from ragloop.models.scoring import LexicalScorer
 from ragloop.models.scoring.base import Judgement, Scorer
@@ -211,3 +214,77 @@ def test_diagnosis_config_reads_the_environment() -> None:
         DiagnosisConfig.from_env({"RAGLOOP_DIAGNOSIS_TIMEOUT_S": "soon"})
     with pytest.raises(ValueError, match="shorter than its lease"):
         DiagnosisConfig(timeout_s=600.0, lease_seconds=300.0)
+
+
+def _failing(req: ChatRequest) -> str:
+    raise ModelError("chat backend is down")
+
+
+def _answering(req: ChatRequest) -> str:
+    if req.output_type is not None and "paraphrases" in req.output_type.model_fields:
+        return json.dumps({"paraphrases": ["Boiling temperature of liquid nitrogen?", "N2 boiling point?", "x?"]})
+    return json.dumps({"questions": ["At what temperature does liquid nitrogen boil?"]})
+
+
+def test_a_failing_paraphrase_model_is_retried_then_its_offline_stand_ins_are_kept(
+    store: Store, coll: Collection
+) -> None:
+    aid = serve(store, coll, GAP_Q, "The bridge spans the Vell [1].", ["bridge.md"])
+    store.feedback.add(aid, "negative", corrected_answer=GAP_FIX)
+    e = DiagnosisEngine(
+        store, Settings(), DiagnosisConfig(), scorer=LexicalScorer(name="lexical"), chat_model=FunctionModel(_failing)
+    )
+    report = asyncio.run(e.run_pass("w")).to_json()
+    assert report["outcomes"] == {"retry": 2, "completed": 1}  # the last attempt keeps the offline variants
+    row = store.diagnoses.get(aid)
+    assert row is not None and (row.status, row.attempts, row.failure_mode) == ("completed", 3, "knowledge_gap")
+    assert row.diagnosis_input is not None
+    sources = [v["source"] for v in row.diagnosis_input["oracle"]["variants"] if v["kind"] == "paraphrase"]
+    assert sources and all("chat model failed: ModelError" in s for s in sources)
+    [gap] = store.knowledge_gaps.listed()
+    assert gap.generated_by == "template (chat model failed: ModelError)"
+
+
+def test_a_chat_model_writes_the_paraphrases_and_the_gap_questions(store: Store, coll: Collection) -> None:
+    aid = serve(store, coll, GAP_Q, "The bridge spans the Vell [1].", ["bridge.md"])
+    store.feedback.add(aid, "negative", corrected_answer=GAP_FIX)
+    model = FunctionModel(_answering, name="test:writer")
+    e = DiagnosisEngine(store, Settings(), DiagnosisConfig(), scorer=LexicalScorer(name="lexical"), chat_model=model)
+    assert asyncio.run(e.run_pass("w")).to_json()["outcomes"] == {"completed": 1}
+    row = store.diagnoses.get(aid)
+    assert row is not None and row.diagnosis_input is not None
+    texts = [v["text"] for v in row.diagnosis_input["oracle"]["variants"] if v["kind"] == "paraphrase"]
+    assert texts[0] == "Boiling temperature of liquid nitrogen?"
+    [gap] = store.knowledge_gaps.listed()
+    assert (gap.generated_by, gap.generated_questions) == (
+        "chat:test:writer",
+        ["At what temperature does liquid nitrogen boil?"],
+    )
+
+
+def test_two_racing_passes_diagnose_each_answer_once(store_url: str, coll: Collection) -> None:
+    """Two engines on separate connections (as two processes would be) share the work, on SQLite and PostgreSQL."""
+    setup = Store.open(store_url)
+    ids = []
+    for i in range(6):
+        aid = serve(setup, coll, f"{GAP_Q} ({i})", "The bridge spans the Vell [1].", ["bridge.md"])
+        setup.feedback.add(aid, "negative", corrected_answer=GAP_FIX)
+        ids.append(aid)
+    setup.close()
+    stores = [Store.open(store_url) for _ in range(2)]
+    engines = [engine(s) for s in stores]
+
+    async def race() -> list[dict[str, object]]:
+        reports = await asyncio.gather(*(e.run_pass(f"w{i}") for i, e in enumerate(engines)))
+        return [r.to_json() for r in reports]
+
+    reports = asyncio.run(race())
+    assert sum(int(str(r["diagnosed"])) for r in reports) == len(ids), reports
+    check = stores[0]
+    for aid in ids:
+        row = check.diagnoses.get(aid)
+        assert row is not None and (row.status, row.attempts) == ("completed", 1)
+    [gap] = check.knowledge_gaps.listed()  # six paraphrases of one question: one group, each answer once
+    assert gap.count == len(ids) and sorted(gap.answer_ids) == sorted(ids)
+    for s in stores:
+        s.close()

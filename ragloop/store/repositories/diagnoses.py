@@ -18,17 +18,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy import Table, and_, exists, func, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from ragloop.store.db import Database
 from ragloop.store.improve_models import DIAGNOSIS_STATUSES, DiagnosisRecord
-from ragloop.store.models import Answer, Evaluation, UserFeedback, utcnow
+from ragloop.store.models import Answer, Evaluation, UserFeedback, new_id, utcnow
 from ragloop.store.repositories._base import NotFoundError, _require
 from ragloop.store.vocabulary import DiagnosisStatus, EvaluationStatus, Tier
 
 MAX_ERROR_CHARS = 4000
+DIAGNOSES = cast(Table, DiagnosisRecord.__table__)
 
 
 @dataclass(frozen=True)
@@ -58,29 +60,34 @@ class Diagnoses:
         with any new reasons added; a `skipped` one becomes `pending` again with the new ideal answer)."""
         now = self.clock()
         with self.db.transaction() as s:
-            row = s.scalar(select(DiagnosisRecord).where(DiagnosisRecord.answer_id == answer_id).with_for_update())
-            if row is None:
+            if s.scalar(select(DiagnosisRecord.diagnosis_id).where(DiagnosisRecord.answer_id == answer_id)) is None:
                 _require(s, Answer, answer_id)
-                row = DiagnosisRecord(
-                    answer_id=answer_id,
-                    status=DiagnosisStatus.PENDING,
-                    reasons=list(dict.fromkeys(reasons)),
-                    ideal_answer=ideal_answer,
-                    ideal_source=ideal_source,
-                    collection=collection,
-                    pipeline_version=pipeline_version,
-                    attempts=0,
-                    created_at=now,
-                    updated_at=now,
+                insert = postgresql.insert if self.db.dialect == "postgresql" else sqlite.insert
+                s.execute(  # two openers racing: one row (the unique answer_id), neither fails
+                    insert(DIAGNOSES)
+                    .values(
+                        diagnosis_id=new_id(),
+                        answer_id=answer_id,
+                        status=DiagnosisStatus.PENDING,
+                        reasons=list(dict.fromkeys(reasons)),
+                        ideal_answer=ideal_answer,
+                        ideal_source=ideal_source,
+                        collection=collection,
+                        pipeline_version=pipeline_version,
+                        actions=[],
+                        attempts=0,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                    .on_conflict_do_nothing(index_elements=["answer_id"])
                 )
-                s.add(row)
-            else:
-                merged = list(dict.fromkeys([*row.reasons, *reasons]))
-                if merged != row.reasons:
-                    row.reasons, row.updated_at = merged, now
-                if row.status == DiagnosisStatus.SKIPPED and ideal_answer:
-                    row.status, row.error, row.updated_at = DiagnosisStatus.PENDING, None, now
-                    row.ideal_answer, row.ideal_source = ideal_answer, ideal_source
+            row = self._locked(s, answer_id)
+            merged = list(dict.fromkeys([*row.reasons, *reasons]))
+            if merged != row.reasons:
+                row.reasons, row.updated_at = merged, now
+            if row.status == DiagnosisStatus.SKIPPED and ideal_answer:
+                row.status, row.error, row.updated_at = DiagnosisStatus.PENDING, None, now
+                row.ideal_answer, row.ideal_source = ideal_answer, ideal_source
             s.flush()
             return row
 
