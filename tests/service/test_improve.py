@@ -14,10 +14,11 @@ from typer.testing import CliRunner
 from ragloop.cli import app as cli
 from ragloop.config import Settings
 from ragloop.improve.engine import DIAGNOSIS_TIER, DiagnosisConfig, DiagnosisEngine
+from ragloop.improve.remediate import run_pass
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
-from tests.service.conftest import SERVICE, build_app, make_keys, running
+from tests.service.conftest import CFG, SERVICE, build_app, make_keys, running
 
 pytestmark = pytest.mark.anyio
 
@@ -87,6 +88,19 @@ async def test_a_question_the_corpus_cannot_answer_is_a_logged_knowledge_gap(
         revert = await c.post(f"/v1/improvements/{action['action_id']}/revert", headers=keys.a)
         assert revert.status_code == 409 and "proposed" in revert.json()["detail"]
         assert (await c.get(f"/v1/improvements/{'0' * 32}", headers=keys.a)).status_code == 404
+        # the remediation pass links the gap (applied); an admin can undo it, audited under their key
+        await asyncio.to_thread(run_pass, store, CFG, settings=Settings())
+        applied = (await c.get(f"/v1/improvements/{action['action_id']}", headers=keys.a)).json()
+        assert applied["status"] == "applied", applied
+        revert = await c.post(f"/v1/improvements/{action['action_id']}/revert", headers=keys.a)
+        assert revert.status_code == 200 and revert.json()["status"] == "reverted", revert.text
+        assert revert.json()["reverted_at"] is not None
+        admin = store.api_keys.verify_api_key(keys.admin)
+        assert admin is not None
+        entries = store.audit.timeline(action_type="remediation_revert")
+        assert [e.actor for e in entries] == [f"admin:{admin.key_id}"]
+        again = await c.post(f"/v1/improvements/{action['action_id']}/revert", headers=keys.a)
+        assert again.status_code == 409
 
 
 async def test_the_improvement_routes_are_admin_only(collection: Collection, store: Store) -> None:

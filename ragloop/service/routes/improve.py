@@ -5,19 +5,20 @@
 (a user key gets 403): they show every user's questions and change what serves everyone. An answer's
 own diagnosis is on `GET /v1/evaluations/{answer_id}` (`diagnosis_public`).
 
-The revert is the remediation's own (`ragloop.improve.remediate.revert_action`, which undoes the change
-and writes the audit entry); while no remediation offers one this route answers 409 rather than mark
-an action reverted that nothing undid.
+The revert is the remediation's own (`ragloop.improve.remediate.revert_action`: it undoes the change,
+marks the action reverted and writes the audit entry with the admin as actor); an action that is not
+applied, or whose kind no remediation reverts, answers 409 rather than be marked reverted when nothing
+was undone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
+from ragloop.improve.remediate import revert_action
 from ragloop.service.deps import AdminDep, ServiceDep
 from ragloop.service.improve_schemas import (
     DiagnosisPublic,
@@ -141,15 +142,6 @@ async def improvement(action_id: Id, svc: ServiceDep, _admin: AdminDep) -> Impro
     return ImprovementActionPublic.model_validate(row)
 
 
-def _reverter() -> Any:
-    """The remediation layer's admin revert, when it offers one."""
-    try:
-        module = importlib.import_module("ragloop.improve.remediate")
-    except ImportError:
-        return None
-    return getattr(module, "revert_action", None)
-
-
 @router.post(
     "/v1/improvements/{action_id}/revert",
     response_model=ImprovementActionPublic,
@@ -168,11 +160,8 @@ async def revert_improvement(action_id: Id, svc: ServiceDep, admin: AdminDep) ->
         raise HTTPException(404, f"no improvement action {action_id!r}")
     if row.status not in REVERTIBLE:
         raise HTTPException(409, f"action {action_id} is {row.status}: only applied or kept actions are reverted")
-    revert = _reverter()
-    if revert is None:
-        raise HTTPException(409, f"not revertible yet: no remediation offers a revert of {row.kind!r} actions")
     try:
-        await asyncio.to_thread(revert, store, action_id, actor=f"admin:{admin.key_id}", settings=svc.settings)
+        await asyncio.to_thread(revert_action, store, action_id, actor=f"admin:{admin.key_id}", settings=svc.settings)
     except NotFoundError as exc:
         raise HTTPException(404, str(exc)) from None
     except StoreConflictError as exc:
