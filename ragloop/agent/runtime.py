@@ -18,6 +18,7 @@ from ragloop.config import PipelineConfig, Settings
 from ragloop.models.chat import ChatModel, ChatRequest, ChatResponse, make_chat_model
 from ragloop.models.scoring import Scorer, make_scorer
 from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.expansion import ExpansionLookup
 from ragloop.retrieval.retriever import Retriever
 from ragloop.retrieval.types import Hit
 
@@ -53,8 +54,10 @@ class Runtime:
         chat: ChatModel | None = None,
         scorers: dict[str, Scorer] | None = None,
         search: SearchProvider | None = None,
+        expansion: ExpansionLookup | None = None,
     ) -> Runtime:
-        """Defaults from the config; tests pass doubles for any part."""
+        """Defaults from the config; tests pass doubles for any part. `expansion`: the semantic
+        query-expansion lookup the retriever consults (the service passes the remediation cache)."""
         settings: Settings = collection.settings
         agent = config.agent
         if chat is None and agent.chat_model:
@@ -68,7 +71,7 @@ class Runtime:
             search = make_search_provider(agent.external_search, settings, timeout_s=agent.external_timeout_s)
         return cls(
             config=config,
-            retriever=Retriever(collection, config.retrieval),
+            retriever=Retriever(collection, config.retrieval, expansion=expansion),
             grade_scorer=scorer("grade", agent.scorers.grade),
             refine_scorer=scorer("refine", agent.scorers.refine),
             support_scorer=scorer("support", agent.scorers.support),

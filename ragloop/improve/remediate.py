@@ -30,11 +30,10 @@ from ragloop.improve.remediation import (
     make_expansion_backend,
     make_remediation,
 )
+from ragloop.improve.remediation.expansion_cache import REDIS_URL_ENV
 from ragloop.improve.scheduler import Outcome, Policy, Scheduler, ScheduleResult, summarize
 from ragloop.retrieval.collection import Collection
 from ragloop.store import ImprovementAction, ImprovementActions, NotFoundError, Store, StoreConflictError
-
-REDIS_URL_ENV = "RAGLOOP_REDIS_URL"
 
 
 @dataclass(frozen=True)

@@ -175,3 +175,30 @@ def test_a_background_reload_keeps_serving_the_previous_entries(coll: Collection
     gate.set()
     cache.loader.join(10)
     assert cache.lookup(QUESTION, qvec) == ["c2"]
+
+
+def test_the_served_agent_consults_the_cache(coll: Collection, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragloop.service.pipelines import default_agent_factory
+
+    monkeypatch.delenv("RAGLOOP_REDIS_URL", raising=False)
+    ferry = chunk_of(coll, "ferry.md")
+    RegistryExpansionBackend(coll.registry).put(_entry(coll, QUESTION, [ferry]))
+    agent = default_agent_factory(coll, K1)
+    retriever = agent.runtime.retriever
+    assert isinstance(retriever.expansion, ExpansionCache) and retriever.expansion.fail_open
+    assert [h.chunk_id for h in retriever.retrieve(PARAPHRASE)] == [ferry]
+
+
+def test_a_failing_backend_fails_open_on_the_serving_path(coll: Collection) -> None:
+    class Down:
+        name = "down"
+
+        def version(self) -> int:
+            raise ConnectionError("redis is down")
+
+    qvec = _entry(coll, QUESTION, []).vector
+    serving = ExpansionCache(Down(), refresh_s=0.0, fail_open=True)  # type: ignore[arg-type]
+    assert serving.lookup(QUESTION, qvec) == []
+    strict = ExpansionCache(Down(), refresh_s=0.0)  # type: ignore[arg-type]
+    with pytest.raises(ConnectionError):
+        strict.lookup(QUESTION, qvec)

@@ -30,6 +30,7 @@ from ragloop.improve.remediation.expansion_cache import (
     RedisExpansionBackend,
     RegistryExpansionBackend,
     make_expansion_backend,
+    serving_expansion,
 )
 from ragloop.improve.remediation.gap import KnowledgeGapAction
 from ragloop.improve.remediation.ranking import RankingBufferAction
@@ -86,4 +87,5 @@ __all__ = [
     "UnsupportedAction",
     "make_expansion_backend",
     "make_remediation",
+    "serving_expansion",
 ]

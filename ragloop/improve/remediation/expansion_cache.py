@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +28,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from ragloop.ingest.registry import Registry, SemanticExpansion
+from ragloop.retrieval.collection import Collection
+
+log = logging.getLogger("ragloop.improve")
+REDIS_URL_ENV = "RAGLOOP_REDIS_URL"
 
 SKETCH_BITS = 128
 SKETCH_Z = 5.0
@@ -168,6 +174,19 @@ def make_expansion_backend(registry: Registry, collection: str, redis_url: str |
     return RegistryExpansionBackend(registry)
 
 
+def serving_expansion(
+    collection: Collection, *, redis_url: str | None = None, threshold: float = 0.90, max_chunks: int = 5
+) -> ExpansionCache:
+    """The lookup a serving retriever consults: the collection's entries (Redis with
+    `RAGLOOP_REDIS_URL`, else its registry), refreshed in the background, failing open."""
+    url = redis_url if redis_url is not None else os.environ.get(REDIS_URL_ENV)
+    backend = make_expansion_backend(collection.registry, collection.name, url)
+    embedder = collection.load().manifest.embedder if collection.generation() else None
+    return ExpansionCache(
+        backend, threshold=threshold, max_chunks=max_chunks, embedder=embedder, background=True, fail_open=True
+    )
+
+
 def sketch_cut(threshold: float, bits: int = SKETCH_BITS, z: float = SKETCH_Z) -> int:
     """Largest Hamming distance between sign sketches kept as a possible match at `threshold`."""
     p = math.acos(max(-1.0, min(1.0, threshold))) / math.pi
@@ -195,13 +214,16 @@ class ExpansionCache:
         refresh_s: float = 1.0,
         exact_below: int = 2048,
         background: bool = False,
+        fail_open: bool = False,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """`embedder`: only entries embedded by this model are matched (None: any of the query's
         dimension). `refresh_s`: how often a lookup asks the backend for its version (0: every
         lookup). `background`: once loaded, reload a changed version in a thread and keep serving
         the previous entries meanwhile (the serving path: a 10k-entry reload takes ~0.5-2 s); off,
-        the lookup that sees the change reloads first (what a measurement wants)."""
+        the lookup that sees the change reloads first (what a measurement wants). `fail_open`: a
+        backend error is logged and the entries loaded so far keep serving (the query path never
+        fails for the cache); off, it raises (a measurement must not silently miss the cache)."""
         self.backend = backend
         self.threshold = threshold
         self.max_chunks = max_chunks
@@ -209,6 +231,7 @@ class ExpansionCache:
         self.refresh_s = refresh_s
         self.exact_below = exact_below
         self.background = background
+        self.fail_open = fail_open
         self._monotonic = monotonic
         self.loader: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -226,6 +249,18 @@ class ExpansionCache:
         now = self._monotonic()
         if not force and now - self._checked < self.refresh_s:
             return False
+        try:
+            return self._refresh(now, force)
+        except Exception as exc:
+            if not self.fail_open:
+                raise
+            self._checked = now  # retried after the interval, not on every query
+            log.warning(
+                "expansion cache %s unavailable, serving %d entries: %s", self.backend.name, len(self._snap.chunks), exc
+            )
+            return False
+
+    def _refresh(self, now: float, force: bool) -> bool:
         with self._lock:
             self._checked = now
             version = self.backend.version()
@@ -240,8 +275,11 @@ class ExpansionCache:
             return True
 
     def _reload(self) -> None:
-        version = self.backend.version()
-        self._load(self.backend.entries(), version)
+        try:
+            version = self.backend.version()
+            self._load(self.backend.entries(), version)
+        except Exception as exc:
+            log.warning("expansion cache %s reload failed: %s", self.backend.name, exc)
 
     def _load(self, entries: Sequence[ExpansionEntry], version: int) -> None:
         keep = [e for e in entries if self.embedder is None or e.embedder == self.embedder]
