@@ -136,10 +136,11 @@ def search_thresholds(
 ) -> tuple[Thresholds, list[dict[str, object]]]:
     """The thresholds maximising the *robust* `objective` on (inputs, labels), and the trail.
 
-    Robust: a value scores the worst of itself and its grid neighbours (the other thresholds
-    held). A threshold on the edge of a cliff is not a measurement: on the injected set the
-    lexical judge gives every verbatim claim p = 0.862, so claim_support 0.85 scores best and
-    0.9 calls every answer unfaithful; a real generator's paraphrased claims land lower."""
+    Robust: a value's worst-class score is the lowest of its own and its grid neighbours' (the
+    other thresholds held); its own macro F1 breaks ties. A threshold on the edge of a cliff is
+    not a measurement: on the injected set the lexical judge gives every verbatim claim
+    p = 0.862, so claim_support 0.85 scores best and 0.9 calls every answer unfaithful; a real
+    generator's paraphrased claims land lower."""
     grid = grid or GRID
     best = start or SEARCH_START
     cache: dict[Thresholds, tuple[float, float]] = {}
@@ -153,7 +154,8 @@ def search_thresholds(
         v = getattr(t, name)
         i = list(values).index(v) if v in values else -1
         near = [values[j] for j in (i - 1, i + 1) if i >= 0 and 0 <= j < len(values)]
-        return min([point(t), *(point(t.model_copy(update={name: x})) for x in near)])
+        worst = min(point(x)[0] for x in [t, *(t.model_copy(update={name: x}) for x in near)])
+        return (worst, point(t)[1])
 
     trail: list[dict[str, object]] = []
     for rnd in range(rounds):

@@ -23,6 +23,10 @@ Where it departs from the seed's sketch (section 4.2), and why:
   (re-chunk that document) is the same; the evidence lists which parts were retrieved.
 - Knowledge gap is "no candidate reaches the oracle threshold" rather than "no oracle chunk in
   the corpus": the oracle set is what decides whether the corpus holds the answer.
+- Generation failure reads faithfulness at the tree's own claim-support threshold and with the
+  names-and-numbers grounding check (the offline judge passes a claim with one name swapped),
+  and the chosen context-precision floor is 0: rule 4 is only reached with an oracle chunk in
+  the top k, which already says the context was the right one.
 
 `confidence` is the distance of the deciding signal from its threshold, mapped to [0.5, 1]:
 an ordering for the scheduler, not a calibrated probability.

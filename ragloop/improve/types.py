@@ -186,9 +186,9 @@ class Thresholds(_Frozen):
     the dev part of the injected-failure set (benchmarks/results/diagnosis_accuracy.md) for the
     `lexical` scorer as oracle scorer and judge; another scorer needs its own search."""
 
-    oracle: float = 0.4
+    oracle: float = 0.25
     """A candidate with score >= this is in the oracle set; none above it: knowledge gap."""
-    oracle_relative: float = 0.7
+    oracle_relative: float = 0.8
     """...and with score >= this share of the best candidate's: a chunk that merely shares the
     answer's words is no oracle chunk next to one that states it (seed 6.2's false-positive
     rejection)."""
@@ -197,11 +197,14 @@ class Thresholds(_Frozen):
     split_score: float = 0.2
     """...and the straddling sentence itself must score at least this."""
     faithfulness: float = 0.7
-    claim_support: float = 0.5
+    claim_support: float = 0.8
     """A claim of the answer counts as supported at this judge probability (the harness: 0.5)..."""
     grounding: bool = True
     """...and only when the context mentions each of its names and numbers."""
-    context_precision: float = 0.3
+    context_precision: float = 0.0
+    """The seed's "context precision high" (0.8). Chosen 0: the tree reaches rule 4 only with an
+    oracle chunk in the top k, and every floor above 0 lost generation failures whose gold
+    chunk the lexical judge rated irrelevant to the question (context precision 0)."""
     max_rank: int = 100
     """Ranks the classifier reads (the seed's top 100)."""
 
