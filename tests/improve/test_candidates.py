@@ -139,3 +139,38 @@ def test_tau_lower_refit_keeps_false_refusals_under_the_bound() -> None:
     assert fit.false_refusal_upper <= 0.05 and fit.lo > 0
     assert not fit_tau_lower(samples[:3] + samples[-3:], current=0.22).improves
     assert wilson_upper(0, 100) < 0.04 and wilson_upper(5, 100) > 0.05
+
+
+def test_a_threshold_action_fits_tau_from_the_collections_diagnosed_answers(store: Store, coll: Collection) -> None:
+    def diagnosed(i: int, score: float, mode: str) -> None:
+        trace = {"records": [{"node": "grade", "detail": {"scores": {"c1": score, "c2": score / 2}}}]}
+        answer = store.queries.record_answer(
+            session_id="s", question=f"q{i}?", answer_text="?", pipeline_version="pv-x", trace=trace
+        )
+        store.diagnoses.open(answer.answer_id, reasons=["correction"], collection="kb", ideal_source="correction")
+        store.diagnoses.complete(
+            answer.answer_id, failure_mode=mode, confidence=0.8, evidence={}, actions=[], rule="r", diagnosis_input=None
+        )
+
+    # answerable questions refused below tau 0.3 (0.22-0.29) and answered above it; gaps score low.
+    # 100 answerable: with none refused, the false-refusal rate's Wilson bound is 3.7% (<= 5%)
+    for i in range(100):
+        diagnosed(i, 0.22 + 0.7 * i / 99, "ranking_failure")
+    for i in range(20):
+        diagnosed(200 + i, 0.15 * i / 19, "knowledge_gap")
+    store.improvement_actions.propose(
+        ActionKind.THRESHOLD_RECALIBRATION.value,
+        "pipeline",
+        f"kb:{K1.version_id}",
+        domain="kb",
+        answer_ids=["a"],
+        evidence={"confidence": 0.8},
+        payload={"collection": "kb", "question": "q?", "chunk_ids": []},
+    )
+    [result] = Scheduler(context(store, coll, ManualClock())).run()
+    assert result.outcome is Outcome.APPLIED and result.candidate_version is not None
+    row = store.pipelines.get(result.candidate_version)
+    assert row is not None and row.status == "candidate"
+    assert 0.15 < row.config["agent"]["tau_lower"] <= 0.22
+    [refit] = store.audit.timeline(action_type="threshold_refit")
+    assert refit.evidence["fit"]["n"] == 120 and refit.evidence["fit"]["lo"] > 0

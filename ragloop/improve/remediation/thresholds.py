@@ -2,7 +2,8 @@
 traffic, as a candidate pipeline version.
 
 A sample is the gate's top grade score for an answer and whether the question was answerable
-(from labels: a user's rating or correction, a reviewer, the judge). The gate refuses below τL, so
+(from labels: by default the collection's completed diagnoses, `gate_samples`; or given in the
+payload). The gate refuses below τL, so
 τL trades false refusals (answerable, refused) against false answers (unanswerable, answered). The
 fit maximises accuracy subject to the false-refusal rate's Wilson upper bound <= `max_false_refusal`
 (5%), and a candidate is registered only when the paired bootstrap interval of the accuracy gain
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ragloop.evaluation.stats import paired_bootstrap
 from ragloop.improve.remediation.base import AppliedChange, AuditNote, Effect, Remediation, RemediationContext
 from ragloop.improve.types import ActionKind
+from ragloop.store import Store
 
 GRID = tuple(round(0.01 * i, 2) for i in range(101))
 
@@ -111,6 +113,35 @@ def fit_tau_lower(
     )
 
 
+def first_gate_score(trace: dict[str, Any]) -> float | None:
+    """The best grade of the first `grade` record of a stored answer's trace: what τL was compared to."""
+    for record in trace.get("records") or ():
+        if record.get("node") == "grade":
+            scores = (record.get("detail") or {}).get("scores") or {}
+            return max((float(v) for v in scores.values()), default=0.0)
+    return None
+
+
+def gate_samples(store: Store, collection: str, *, limit: int = 2000) -> list[GateSample]:
+    """Labelled gate scores from the collection's diagnosed answers: a knowledge gap was unanswerable,
+    any other verdict answerable (the label is the diagnosis, from a correction, a reference or the
+    judge). Diagnosed answers are the ones that went wrong, so the sample over-represents errors:
+    the fit is a candidate for the experiments to judge, never a change that serves."""
+    out = []
+    for d in store.diagnoses.listed(status="completed", collection=collection, limit=limit):
+        answer = store.queries.get_answer(d.answer_id)
+        score = first_gate_score(answer.trace or {}) if answer is not None else None
+        if score is None or d.failure_mode is None:
+            continue
+        source = f"diagnosis:{d.ideal_source or 'unknown'}"
+        out.append(
+            GateSample(
+                score=min(1.0, max(0.0, score)), answerable=d.failure_mode != "knowledge_gap", label_source=source
+            )
+        )
+    return out
+
+
 class ThresholdPayload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -127,15 +158,19 @@ class ThresholdRecalibrationAction(Remediation[ThresholdPayload]):
     cost: ClassVar[float] = 2.0
     payload_type: ClassVar[type[BaseModel]] = ThresholdPayload
 
+    def samples(self, ctx: RemediationContext) -> tuple[GateSample, ...]:
+        return self.payload.samples or tuple(gate_samples(ctx.store, self.payload.collection))
+
     def ready(self, ctx: RemediationContext) -> str | None:
-        n, need = len(self.payload.samples), self.payload.min_samples
+        n, need = len(self.samples(ctx)), self.payload.min_samples
         return None if n >= need else f"{n}/{need} labelled gate samples"
 
     def apply(self, ctx: RemediationContext) -> AppliedChange:
         p = self.payload
         agent = ctx.config.agent
+        samples = self.samples(ctx)
         fit = fit_tau_lower(
-            p.samples,
+            samples,
             agent.tau_lower,
             max_false_refusal=p.max_false_refusal,
             resamples=ctx.settings.resamples,
@@ -147,7 +182,7 @@ class ThresholdRecalibrationAction(Remediation[ThresholdPayload]):
                 agent={"tau_lower": fit.fitted, "tau_upper": max(agent.tau_upper, fit.fitted)}
             )
             cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+tau-{p.collection}"})
-            sources = sorted({s.label_source for s in p.samples if s.label_source})
+            sources = sorted({s.label_source for s in samples if s.label_source})
             labels = ", ".join(sources) or "labels"
             row = ctx.store.pipelines.register_config(
                 cfg, description=f"tau_lower refit for {p.collection} on {fit.n} labelled answers ({labels})"
