@@ -128,10 +128,11 @@ def worker(
     signal.signal(signal.SIGINT, stop)
 
     from ragloop.improve.judge import make_judge
+    from ragloop.improve.remediate import current_config
     from ragloop.improve.tier1 import load_model
     from ragloop.models.scoring import make_scorer
     from ragloop.service import EvaluationWorker, ServiceConfig
-    from ragloop.service.app import diagnosis_engine
+    from ragloop.service.app import diagnosis_engine, remediation_pass
 
     _logging(log_level)
     s = settings()
@@ -150,6 +151,7 @@ def worker(
         model=load_model(s),
         job_delay_s=job_delay,
         diagnosis=diagnosis_engine(store, s, cfg),
+        remediation=remediation_pass(store, s, cfg, lambda: current_config(store)),
     )
     stopper.append(w.stop)
     if stopping.is_set():

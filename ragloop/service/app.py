@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -64,6 +64,17 @@ def diagnosis_engine(store: Store, settings: Settings, cfg: ServiceConfig) -> Di
     return DiagnosisEngine(store, settings, DiagnosisConfig.from_env(default_collection=cfg.collection))
 
 
+def remediation_pass(
+    store: Store, settings: Settings, cfg: ServiceConfig, active: Callable[[], PipelineConfig]
+) -> Callable[[], object] | None:
+    """The worker's remediation pass over the serving pipeline (`active()`), unless `cfg.remediate` is off."""
+    if not cfg.remediate:
+        return None
+    from ragloop.improve.remediate import run_pass
+
+    return lambda: run_pass(store, active(), settings=settings)
+
+
 def create_app(
     settings: Settings | None = None,
     store_url: str | None = None,
@@ -108,6 +119,7 @@ def create_app(
             model=load_model(settings),
             metrics=metrics,
             diagnosis=diagnosis_engine(store, settings, cfg),
+            remediation=remediation_pass(store, settings, cfg, lambda: agents.active()[1]),
         )
 
     recorder = AnswerRecorder(

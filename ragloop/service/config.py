@@ -75,6 +75,10 @@ class ServiceConfig:
     diagnose: bool = True
     """Workers also diagnose failed answers (the `diagnosis` tier, `ragloop.improve.engine`; its own knobs
     are `RAGLOOP_DIAGNOSIS_*`); off leaves diagnosis to `ragloop improve run` or other workers."""
+    remediate: bool = True
+    """Workers also run the remediation pass (`ragloop.improve.remediate`: audit what is due, schedule and
+    apply what is proposed, within its caps) after diagnoses and at each sweep; off leaves it to
+    `ragloop improve run`."""
     lease_seconds: float = 60.0
     poll_interval_s: float = 0.5
     job_max_attempts: int = 5

@@ -2,11 +2,12 @@
 `ragloop.improve.evaluate.OnlineEvaluator`, which evaluates, routes and records it.
 
 What is computed and written for a job (tiers, routing, failed evaluations, dead-letter records,
-the capped review intake, failure diagnosis) lives in `ragloop.improve`; this module only runs it:
-claiming due jobs of the tiers the evaluator (and, when given one, the `DiagnosisEngine`) can
-process, extending the lease while a job runs, sweeping dead letters, choosing the review intake and
-selecting answers to diagnose now and then, waking on `notify()`, stopping cleanly, a thread with
-its own event loop for the server's embedded worker, and the Prometheus counts.
+the capped review intake, failure diagnosis, remediation) lives in `ragloop.improve`; this module only
+runs it: claiming due jobs of the tiers the evaluator (and, when given one, the `DiagnosisEngine`)
+can process, extending the lease while a job runs, sweeping dead letters, choosing the review intake
+and selecting answers to diagnose now and then, a remediation pass after diagnoses and at each sweep,
+waking on `notify()`, stopping cleanly, a thread with its own event loop for the server's embedded
+worker, and the Prometheus counts.
 
 One worker runs in a thread inside `ragloop serve` (the embedded default); `ragloop worker`
 processes run the same loop for scale.
@@ -34,10 +35,13 @@ from ragloop.models.scoring.base import Scorer
 from ragloop.service.config import ServiceConfig
 from ragloop.service.metrics import ServiceMetrics
 from ragloop.store import Job, Store
+from ragloop.store.vocabulary import Tier
 
 log = logging.getLogger("ragloop.service.worker")
 
 SWEEP_EVERY_S = 30.0
+REMEDIATE_MIN_S = 5.0
+"""At most one remediation pass this often: one after a burst of diagnoses, not one per diagnosis."""
 
 
 def default_worker_id() -> str:
@@ -64,9 +68,15 @@ class EvaluationWorker:
         job_delay_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         diagnosis: DiagnosisEngine | None = None,
+        remediation: Callable[[], object] | None = None,
     ) -> None:
+        """`diagnosis`: also claim the diagnosis tier; `remediation`: one remediation pass (audit, schedule,
+        apply), run after diagnoses complete and at every sweep (audits fall due with time)."""
         self.store = store
         self.diagnosis = diagnosis
+        self.remediation = remediation
+        self._remediation_due = remediation is not None
+        self._last_remediation = -1e18
         self.config = config
         self.evaluator = OnlineEvaluator(
             store, config.routing, judge=judge, support_scorer=support_scorer, model=model, clock=clock
@@ -83,7 +93,7 @@ class EvaluationWorker:
         self.processed = 0
 
     @property
-    def tiers(self) -> list[str]:
+    def tiers(self) -> list[Tier]:
         return list(self.evaluator.tiers) + [DIAGNOSIS_TIER] * (self.diagnosis is not None)
 
     # ------------------------------------------------------------------ the loop
@@ -111,6 +121,10 @@ class EvaluationWorker:
                 if self.diagnosis is not None:
                     await self._guarded(self.diagnosis.sweep_dead)
                     await self._guarded(lambda: asyncio.to_thread(self.diagnosis.select) if self.diagnosis else None)
+                self._remediation_due = self.remediation is not None
+            if self._remediation_due and self.clock() - self._last_remediation >= REMEDIATE_MIN_S:
+                self._remediation_due, self._last_remediation = False, self.clock()
+                await self._guarded(self._remediate)
             result = await self._guarded(self.run_once)
             if isinstance(result, Processed):
                 done += 1
@@ -166,6 +180,7 @@ class EvaluationWorker:
         try:
             if self.diagnosis is not None and job.tier == DIAGNOSIS_TIER:
                 outcome = await self.diagnosis.process(job, self.worker_id)
+                self._remediation_due |= self.remediation is not None and outcome == Outcome.COMPLETED
             else:
                 outcome = await self.evaluator.process(job, self.worker_id)
         finally:
@@ -180,6 +195,10 @@ class EvaluationWorker:
             elif outcome == Outcome.RETRY:
                 self.metrics.job_retries.labels(job.tier).inc()
         return Processed(job, outcome)
+
+    async def _remediate(self) -> None:
+        if self.remediation is not None:
+            await asyncio.to_thread(self.remediation)
 
     async def _heartbeat(self, job: Job) -> None:
         every = max(0.5, self.config.lease_seconds / 3)

@@ -120,7 +120,7 @@ async def test_the_improvement_routes_are_admin_only(collection: Collection, sto
         assert (await c.get("/v1/improvements", headers=keys.a)).status_code == 200
 
 
-async def test_the_embedded_worker_diagnoses_continuously(collection: Collection, store: Store) -> None:
+async def test_the_embedded_worker_diagnoses_and_remediates_continuously(collection: Collection, store: Store) -> None:
     keys = make_keys(store)
     async with running(build_app(store, worker=True, service_config=SERVICE.with_(judge=None))) as c:
         aid = await ask(c, keys.u, GAP_Q, "gap-w")
@@ -134,6 +134,13 @@ async def test_the_embedded_worker_diagnoses_continuously(collection: Collection
         assert ev["failure_mode"] == "knowledge_gap", ev.get("diagnosis")
         job = next(j for j in ev["jobs"] if j["tier"] == DIAGNOSIS_TIER)
         assert job["status"] == "done" and job["attempts"] == 1
+        # then the worker's remediation pass applies what was proposed (the gap link) on its own
+        while time.monotonic() < deadline:
+            acts = (await c.get("/v1/improvements?kind=knowledge_gap_log", headers=keys.a)).json()["actions"]
+            if acts and acts[0]["status"] == "applied":
+                break
+            await asyncio.sleep(0.2)
+        assert acts and acts[0]["status"] == "applied" and acts[0]["answer_ids"] == [aid], acts
 
 
 def test_improve_run_status_and_gaps_on_the_command_line(sqlite_url: str, collection: Collection) -> None:
