@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from ragloop.experiments.registry import ExperimentSpec
+from ragloop.service.schemas import RequestModel
 
 
-class CandidateCreate(BaseModel):
+class CandidateCreate(RequestModel):
     """Exactly one of `overrides` (applied to `parent`, default the current version) or `config` (whole)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     overrides: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
@@ -56,17 +57,19 @@ class ExperimentPublic(BaseModel):
     promoted_at: str | None
 
 
-class ExperimentAction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ExperimentCreate(ExperimentSpec, RequestModel):
+    """`ExperimentSpec` (the experiments layer's own validation) held to the API's input policy."""
+
+
+class ExperimentAction(RequestModel):
     reason: str = Field(default="manual", max_length=500)
 
 
-class GoldenEntryCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GoldenEntryCreate(RequestModel):
     question: str = Field(min_length=1, max_length=4000)
     expected_answer: str = Field(default="", max_length=20000)
     required_doc_ids: list[str] = Field(default_factory=list)
     required_chunk_ids: list[str] = Field(default_factory=list)
-    difficulty: str = "standard"
+    difficulty: Literal["easy", "standard", "medium", "hard"] = "standard"
     domain_tags: list[str] = Field(default_factory=list)
     should_refuse: bool = False

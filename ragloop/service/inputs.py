@@ -71,18 +71,30 @@ def text_problem(text: str) -> str | None:
     return f"text contains a control character ({code}); only tab, line feed and carriage return are allowed"
 
 
-def check_text(value: Any) -> Any:
-    """`value` unchanged when it is a string (or a list of strings) within the policy; ValueError
-    otherwise. Anything else passes through to the field's own validation (nested request models
-    check their own fields)."""
-    if isinstance(value, str):
-        if problem := text_problem(value):
-            raise ValueError(problem)
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            if isinstance(item, str) and (problem := text_problem(item)):
-                raise ValueError(f"item {i}: {problem}")
+def check_text(value: Any, *, deep: bool = True) -> Any:
+    """`value` unchanged when every string in it is within the policy; ValueError naming where
+    otherwise. A string, or the strings of a list, always; with `deep`, also strings nested anywhere
+    in lists and dicts, keys included (free-form bodies such as config overrides). Anything else
+    passes through to the field's own validation."""
+    if problem := _problem(value, "", deep):
+        raise ValueError(problem)
     return value
+
+
+def _problem(value: Any, where: str, deep: bool) -> str | None:
+    if isinstance(value, str):
+        problem = text_problem(value)
+        return f"{where}: {problem}" if problem and where else problem
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, list | tuple):
+        items = [(f"item {i}", v) for i, v in enumerate(value) if deep or isinstance(v, str)]
+    elif isinstance(value, dict) and deep:
+        for k, v in value.items():
+            items += [(f"key {k!r}", k), (repr(k), v)]
+    for label, item in items:
+        if problem := _problem(item, f"{where} {label}".strip(), deep):
+            return problem
+    return None
 
 
 def checked_params(request: Request) -> None:

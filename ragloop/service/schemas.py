@@ -5,9 +5,9 @@ contract; every field has a description or an obvious name and every limit is de
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ragloop.retrieval.collection import NAME_RE
 from ragloop.service.improve_schemas import DiagnosisPublic
@@ -29,8 +29,18 @@ class RequestModel(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _input_policy(cls, value: Any) -> Any:
-        return check_text(value)
+    def _input_policy(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        # nested request models check their own fields (and name them precisely): only look past
+        # the strings at this level where no model will
+        deep = field is None or not _holds_models(field.annotation)
+        return check_text(value, deep=deep)
+
+
+def _holds_models(annotation: Any) -> bool:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_holds_models(arg) for arg in get_args(annotation))
 
 
 Shown = Annotated[str, AfterValidator(display_text)]

@@ -57,6 +57,17 @@ async def test_refused_text_is_a_422_naming_the_field_or_parameter(collection: C
                 "relevant_doc_ids: Value error, item 1: text contains a control character (U+0007 at position 1)",
             ),
             ("/v1/keys", {"name": "ops\x00"}, "name: Value error, text contains a control character"),
+            # free-form bodies (config overrides) are held to the policy all the way down, keys included
+            (
+                "/v1/pipeline/candidates",
+                {"overrides": {"agent": {"prompt_version": "v\u202e1"}}},
+                "overrides: Value error, 'agent' 'prompt_version': text contains an invisible bidirectional",
+            ),
+            (
+                "/v1/pipeline/candidates",
+                {"overrides": {"agent\x00": {}}},
+                "overrides: Value error, key 'agent\\x00': text contains a control character",
+            ),
         ]
         for url, body, message in cases:
             r = await c.post(url, json=body, headers=keys.a)

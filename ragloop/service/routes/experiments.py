@@ -12,7 +12,6 @@ from ragloop.experiments.promotion import MaintenanceWindow, promote_experiment
 from ragloop.experiments.registry import (
     ExperimentConflictError,
     ExperimentError,
-    ExperimentSpec,
     create_experiment,
     end_experiment,
 )
@@ -20,7 +19,7 @@ from ragloop.experiments.registry import utc_now as _now
 from ragloop.experiments.runtime import golden_smoke_test
 from ragloop.experiments.versions import PromotedVia
 from ragloop.service.deps import AdminDep, ServiceDep
-from ragloop.service.experiment_schemas import ExperimentAction, ExperimentPublic
+from ragloop.service.experiment_schemas import ExperimentAction, ExperimentCreate, ExperimentPublic
 from ragloop.service.state import ServiceState
 from ragloop.store import Experiment
 
@@ -78,7 +77,7 @@ def _changed(svc: ServiceState) -> None:
     responses=ERRORS | {409: {"description": "Another experiment is running."}, 422: {"description": "Invalid."}},
     summary="Start an experiment (admin)",
 )
-def create(body: ExperimentSpec, svc: ServiceDep, admin: AdminDep) -> ExperimentPublic:
+def create(body: ExperimentCreate, svc: ServiceDep, admin: AdminDep) -> ExperimentPublic:
     """Arms are config overrides of the current version or version ids; 422 names what is wrong."""
     try:
         row = create_experiment(svc.store, body, actor=f"key:{admin.key_id}")
