@@ -132,13 +132,15 @@ def propose_expansion(
     ).action
 
 
-def propose_rechunk(store: Store, coll: Collection, doc_id: str, key: str, question: str = "") -> ImprovementAction:
+def propose_rechunk(
+    store: Store, coll: Collection, doc_id: str, key: str, question: str = "", *, answers: int = 1
+) -> ImprovementAction:
     return store.improvement_actions.propose(
         ActionKind.RECHUNK_DOCUMENT.value,
         f"doc:{coll.name}/{doc_id}",
         key,
         domain=coll.name,
-        answer_ids=[f"a-{secrets.token_hex(4)}"],
+        answer_ids=[f"a-{secrets.token_hex(4)}" for _ in range(answers)],
         evidence={"confidence": 0.8, "failure_mode": "chunking_failure"},
         payload={"collection": coll.name, "question": question, "doc_id": doc_id, "chunk_ids": []},
     ).action

@@ -62,7 +62,7 @@ def test_at_most_n_per_domain_per_day_on_the_clock(store: Store, coll: Collectio
 def test_conflicting_remediations_on_one_component_are_serialised(
     store: Store, coll: Collection, clock: ManualClock
 ) -> None:
-    a = propose_rechunk(store, coll, "bridge.md", "generation:1", QUESTION)
+    a = propose_rechunk(store, coll, "bridge.md", "generation:1", QUESTION, answers=3)  # the higher priority
     b = propose_rechunk(store, coll, "bridge.md", "generation:2", QUESTION)
     other = propose_rechunk(store, coll, "tower.md", "generation:1", "How tall is the Quill Tower?")
     ctx = context(store, coll, clock, paraphrases=False)
