@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -31,7 +30,6 @@ from sqlalchemy import (
     Text,
     create_engine,
     delete,
-    event,
     insert,
     select,
     text,
@@ -46,6 +44,7 @@ from ragloop.agent.types import (
     RetrievedChunk,
     TraceRecord,
 )
+from ragloop.sqlite import BUSY_TIMEOUT_S, apply_pragmas_async, is_memory, sqlite_engine
 
 # our types in the graph state; LangGraph loads only allow-listed types from a checkpoint (a warning
 # now, blocked in strict mode and in future versions), so they are named explicitly
@@ -102,11 +101,8 @@ class ConversationLog:
     def __init__(self, url: str) -> None:
         url = _sqlalchemy_url(url)
         if url.startswith("sqlite"):
-            path = url.split("///", 1)[1] if "///" in url else ""
-            if path and path != ":memory:":
-                Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            self.engine = create_engine(url, connect_args={"timeout": 30})
-            event.listen(self.engine, "connect", _wal)
+            # durability "full": every message of a user's history (see ragloop.sqlite for the policy)
+            self.engine = sqlite_engine(url, durability="full")
         else:
             self.engine = create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=8)
         with self.engine.begin() as conn:
@@ -153,10 +149,6 @@ class ConversationLog:
         self.engine.dispose()
 
 
-def _wal(dbapi_conn: Any, _record: Any) -> None:
-    dbapi_conn.execute("PRAGMA journal_mode=WAL")
-
-
 @asynccontextmanager
 async def open_checkpointer(url: str, *, setup: bool = True) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     """`sqlite:///path` (default) or `postgresql://...` (needs the `postgres` extra): one connection
@@ -166,9 +158,10 @@ async def open_checkpointer(url: str, *, setup: bool = True) -> AsyncIterator[Ba
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
         path = url.split("///", 1)[1] if "///" in url else ":memory:"
-        async with aiosqlite.connect(path, timeout=30) as db:
-            if path != ":memory:":  # concurrent turns (the service) must not fail on a writer lock
-                await db.execute("PRAGMA journal_mode=WAL")
+        async with aiosqlite.connect(path, timeout=BUSY_TIMEOUT_S) as db:
+            # concurrent turns (the service) must not fail on a writer lock: WAL and the busy timeout;
+            # durability "full": a conversation's state (see ragloop.sqlite for the policy)
+            await apply_pragmas_async(db, durability="full", wal=not is_memory(path))
             yield AsyncSqliteSaver(db, serde=checkpoint_serde())
     elif is_postgres(url):
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver

@@ -33,13 +33,13 @@ from sqlalchemy import (
     Text,
     create_engine,
     delete,
-    event,
     insert,
     select,
 )
 from sqlalchemy.engine import Engine
 
 from ragloop.config.pipeline import ChunkingConfig, ChunkOverride
+from ragloop.sqlite import sqlite_engine
 
 metadata = MetaData()
 
@@ -134,20 +134,12 @@ class FileRecord:
     ingested_at: float
 
 
-def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
-    cur = dbapi_conn.cursor()  # type: ignore[attr-defined]
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=FULL")
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.close()
-
-
 class Registry:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine: Engine = create_engine(url)
-        if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+        # durability "full": the registry says which files are indexed and must not lose an acknowledged
+        # commit on power loss (see ragloop.sqlite for the policy)
+        self.engine: Engine = sqlite_engine(url, durability="full") if url.startswith("sqlite") else create_engine(url)
         metadata.create_all(self.engine)
 
     @classmethod

@@ -8,13 +8,13 @@ ingest keeps everything embedded before the interrupt.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ragloop import sqlite
 from ragloop.models.embedding import Embedder
 
 
@@ -25,11 +25,9 @@ class CachedEmbedder(Embedder):
         self.dim = inner.dim
         self.hits = 0
         self.misses = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        # durability "normal": a cache, lost rows are re-embedded; see ragloop.sqlite for the policy
+        self._db = sqlite.connect(path, durability="normal")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS embeddings ("
             " model TEXT NOT NULL, hash TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,"

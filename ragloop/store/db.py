@@ -16,7 +16,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, event, text
@@ -24,10 +23,11 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragloop.config.settings import Settings
+from ragloop.sqlite import BUSY_TIMEOUT_S, is_memory, sqlite_engine
 
 DATABASE_URL_ENV = "RAGLOOP_DATABASE_URL"
 SQLITE_FILENAME = "ragloop.db"
-SQLITE_BUSY_TIMEOUT_S = 30.0
+SQLITE_BUSY_TIMEOUT_S = BUSY_TIMEOUT_S  # the recorder's write budget is shorter than this
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -66,8 +66,9 @@ def make_engine(
 ) -> Engine:
     """An engine for `url` (default: `default_database_url()`), configured for ragloop's access pattern.
 
-    SQLite: the file (and its directory) is created on first use; WAL journal, foreign keys on,
-    `synchronous=NORMAL`, a busy timeout, SQLAlchemy-controlled `BEGIN`. In-memory databases are
+    SQLite: the file (and its directory) is created on first use; `ragloop.sqlite`'s policy (WAL
+    journal, foreign keys on, `synchronous=NORMAL`, busy timeout `SQLITE_BUSY_TIMEOUT_S`), and
+    SQLAlchemy-controlled `BEGIN`. In-memory databases are
     refused: every pooled connection would see a different, empty database.
     PostgreSQL: psycopg 3, pre-ping so a restarted server costs one retry, not a 500.
     """
@@ -81,33 +82,20 @@ def make_engine(
 
 
 def _sqlite_engine(url: URL, *, pool_size: int, max_overflow: int, echo: bool) -> Engine:
-    database = url.database
-    if not database or database == ":memory:" or database.startswith("file::memory:") or "mode=memory" in database:
+    if is_memory(url.database):
         raise ValueError("ragloop's SQLite store needs a file (sqlite:///path/ragloop.db), not an in-memory database")
-    Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(
+    # durability "normal": see ragloop.sqlite for the policy and why the store takes NORMAL
+    engine = sqlite_engine(
         url,
-        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+        durability="normal",
+        busy_timeout_s=SQLITE_BUSY_TIMEOUT_S,
+        sqlalchemy_begin=True,
         pool_size=pool_size,
         max_overflow=max_overflow,
         echo=echo,
     )
-    event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
-
-
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
-    # hand transaction control to SQLAlchemy (the `begin` hook below emits BEGIN)
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-    finally:
-        cursor.close()
 
 
 def _sqlite_on_begin(conn: Connection) -> None:

@@ -8,7 +8,6 @@ share it. Calls are short single-row statements, made inline from async code.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import (
     Boolean,
@@ -21,11 +20,10 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    create_engine,
-    event,
 )
 
 from ragloop.config.settings import Settings
+from ragloop.sqlite import sqlite_engine
 
 metadata = MetaData()
 
@@ -74,21 +72,13 @@ usage_ledger = Table(
 )
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()
-
-
 class ModelsDB:
     """Owns the engine; `close()` (or `with`) disposes it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.engine: Engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 30})
-        event.listen(self.engine, "connect", _sqlite_pragmas)
+        # durability "normal": a call log and usage ledger; see ragloop.sqlite for the policy
+        self.engine: Engine = sqlite_engine(f"sqlite:///{path}", durability="normal")
         metadata.create_all(self.engine)  # idempotent: checks before creating
 
     @classmethod
