@@ -100,8 +100,8 @@ from _common import (
 )
 
 from ragloop.agent.api import Agent, new_thread_id
+from ragloop.agent.build import build_agent
 from ragloop.agent.graph import NODES
-from ragloop.agent.memory import ConversationLog
 from ragloop.agent.types import REFUSAL_REASONS
 from ragloop.config import PipelineConfig, Settings
 from ragloop.evaluation.metrics.agent import ItemView
@@ -283,9 +283,12 @@ def run_questions(agent: Agent, questions: Sequence[Question], label: str) -> li
 
 def make_agent(coll: Collection, config: PipelineConfig, tmp: Path) -> Agent:
     """The agent with its checkpointer and conversation log in `tmp` (not the collection's home)."""
-    agent = Agent(coll, config, checkpointer_url=f"sqlite:///{tmp / 'checkpoints.sqlite'}")
-    agent._log = ConversationLog(f"sqlite:///{tmp / 'conversations.sqlite'}")
-    return agent
+    return build_agent(
+        coll,
+        config,
+        checkpointer_url=f"sqlite:///{tmp / 'checkpoints.sqlite'}",
+        log_url=f"sqlite:///{tmp / 'conversations.sqlite'}",
+    )
 
 
 def open_collection(args: argparse.Namespace) -> tuple[Collection, dict[str, Any]]:

@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _agent(collection: str, cfg: PipelineConfig) -> Agent:
-    from ragloop.agent.api import Agent
+    from ragloop.agent.build import build_agent
     from ragloop.models.errors import ModelError
     from ragloop.retrieval.collection import Collection, CollectionError, list_collections
 
@@ -41,7 +41,7 @@ def _agent(collection: str, cfg: PipelineConfig) -> Agent:
     if not coll.exists():
         fail(f"no collection named {collection!r}; known: {', '.join(list_collections(s)) or 'none'}")
     try:
-        return Agent(coll, cfg)
+        return build_agent(coll, cfg)
     except (CollectionError, ModelError, ValueError) as exc:
         fail(str(exc))
 

@@ -133,17 +133,15 @@ class ItemRunner:
 
             self.retriever = Retriever(self.collection, self.config.retrieval)
             return
-        from ragloop.agent.api import Agent
-        from ragloop.agent.runtime import Runtime
+        from ragloop.agent.build import build_agent
 
         run_dir = Path(spec.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         tag = f"{os.getpid()}"
-        runtime = Runtime.build(self.collection, self.config, scorers=scorers) if scorers else None
-        self.agent = Agent(
+        self.agent = build_agent(
             self.collection,
             self.config,
-            runtime=runtime,
+            scorers=scorers or None,
             checkpointer_url=f"sqlite:///{run_dir / f'.checkpoints-{tag}.sqlite'}",
             # the full conversation log of eval threads stays with the run, not in the user's home
             log_url=f"sqlite:///{run_dir / f'.conversations-{tag}.sqlite'}",

@@ -36,13 +36,13 @@ def agent_answerer(agent: Agent) -> Answerer:
 
 
 def build_answerer(settings: Settings, collection: str, config: PipelineConfig) -> Answerer:
-    from ragloop.agent.api import Agent
+    from ragloop.agent.build import build_agent
     from ragloop.retrieval.collection import Collection
 
     coll = Collection(collection, settings)
     if not coll.exists():
         raise LookupError(f"no collection named {collection!r}")
-    return agent_answerer(Agent(coll, config))
+    return agent_answerer(build_agent(coll, config))
 
 
 def golden_smoke_test(

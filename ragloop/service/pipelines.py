@@ -45,12 +45,10 @@ class NotIndexedError(RuntimeError):
 def default_agent_factory(collection: Collection, config: PipelineConfig) -> Agent:
     """The agent with the collection's semantic expansion cache (the remediation's entries: Redis
     with RAGLOOP_REDIS_URL, else the collection registry) wired into its retriever."""
-    from ragloop.agent.api import Agent
-    from ragloop.agent.runtime import Runtime
+    from ragloop.agent.build import build_agent
     from ragloop.improve.remediation import serving_expansion
 
-    runtime = Runtime.build(collection, config, expansion=serving_expansion(collection))
-    return Agent(collection, config, runtime=runtime)
+    return build_agent(collection, config, expansion=serving_expansion(collection))
 
 
 @dataclass(frozen=True)
