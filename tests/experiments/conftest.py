@@ -8,47 +8,18 @@ other's assignments nor anything else on the server.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.store.conftest import backend, clock, db, postgres_admin_url, store, store_url  # noqa: F401 (fixtures)
-
-REDIS_URL_ENV = "RAGLOOP_TEST_REDIS_URL"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-def _ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
-def require_redis(url: str, *, ci: bool) -> str:
-    """`url` if a Redis server answers PING there; otherwise skip, or fail when `ci` (CI=true)."""
-    import redis
-
-    problem = None
-    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
-    try:
-        if not client.ping():
-            problem = "PING did not answer PONG"
-    except Exception as exc:
-        problem = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    finally:
-        client.close()
-    if problem is None:
-        return url
-    reason = f"Redis at {url} is unreachable ({problem})"
-    if ci:
-        pytest.fail(f"{reason}; CI=true requires the Redis-cached assignment tests", pytrace=False)
-    pytest.skip(f"{reason}; start redis-server or set {REDIS_URL_ENV}")
+from tests.store.conftest import backend, clock, db, postgres_admin_url, redis_test_url, store, store_url  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    return require_redis(os.environ.get(REDIS_URL_ENV, DEFAULT_REDIS_URL), ci=_ci())
+    return redis_test_url()
 
 
 @pytest.fixture

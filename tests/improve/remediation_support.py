@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -26,10 +25,8 @@ from ragloop.improve.types import ActionKind
 from ragloop.retrieval.collection import Collection
 from ragloop.store import ImprovementAction, Store, question_hash
 from tests.agent.conftest import HASHED
-from tests.store.conftest import DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, _ci, require_postgres
+from tests.store.conftest import DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, _ci, redis_test_url, require_postgres
 
-REDIS_URL_ENV = "RAGLOOP_REDIS_URL"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 QUESTION = "When was the Zorblat Bridge completed?"
 PARAPHRASE = "When was the Zorblat Bridge finally completed?"
 """cos 0.934 to QUESTION under the hashed embedder; the exact pin (normalised string) misses it."""
@@ -37,28 +34,8 @@ K1 = HASHED.with_overrides(retrieval={"k": 1})
 """Query-time k only: the index fingerprint stays HASHED's."""
 
 
-def require_redis(url: str, *, ci: bool) -> str:
-    """`url` if a Redis server answers PING there; otherwise skip, or fail when `ci` (CI=true)."""
-    import redis
-
-    problem = None
-    client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=2.0)
-    try:
-        client.ping()
-    except Exception as exc:
-        problem = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    finally:
-        client.close()
-    if problem is None:
-        return url
-    reason = f"Redis at {url} is unreachable ({problem})"
-    if ci:
-        pytest.fail(f"{reason}; CI=true requires the Redis expansion-cache backend tests", pytrace=False)
-    pytest.skip(f"{reason}; start redis-server or set {REDIS_URL_ENV}")
-
-
 def redis_url() -> str:
-    return require_redis(os.environ.get(REDIS_URL_ENV, DEFAULT_REDIS_URL), ci=_ci())
+    return redis_test_url()
 
 
 @contextmanager

@@ -49,6 +49,36 @@ def require_postgres(url: str, *, ci: bool) -> str:
     pytest.skip(f"{reason}; start it (pg_ctlcluster … main start) or set {POSTGRES_URL_ENV}")
 
 
+REDIS_URL_ENV = "RAGLOOP_TEST_REDIS_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def require_redis(url: str, *, ci: bool) -> str:
+    """`url` if a Redis server answers PING there; otherwise skip, or fail when `ci` (CI=true): the
+    twin of `require_postgres` for the expansion-cache and assignment tests."""
+    import redis
+
+    problem = None
+    client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=2.0)
+    try:
+        if not client.ping():
+            problem = "PING did not answer PONG"
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    finally:
+        client.close()
+    if problem is None:
+        return url
+    reason = f"Redis at {url} is unreachable ({problem})"
+    if ci:
+        pytest.fail(f"{reason}; CI=true requires the Redis-backed tests", pytrace=False)
+    pytest.skip(f"{reason}; start redis-server or set {REDIS_URL_ENV}")
+
+
+def redis_test_url() -> str:
+    return require_redis(os.environ.get(REDIS_URL_ENV, DEFAULT_REDIS_URL), ci=_ci())
+
+
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> str:
     """The PostgreSQL server URL; skips (or, under CI=true, fails) when the server is unreachable."""
