@@ -5,6 +5,7 @@ ragloop pipeline register cand.yaml [--full] [--json]     ragloop pipeline versi
 ragloop experiments create --name n --treatment '{"retrieval": {"mode": "bm25"}}' --metric tier1_score
 ragloop experiments list|results ID|stop ID|promote ID|reject ID [--json]
 ragloop golden import FILE | export FILE | list [--json]  ragloop regress [--json]
+ragloop regress report [--out DIR] [--limit N] [--json]
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 experiments_app = typer.Typer(no_args_is_help=True, help="A/B experiments between pipeline versions.")
 pipeline_app = typer.Typer(no_args_is_help=True, help="Pipeline versions: register candidates, list, diff.")
 golden_app = typer.Typer(no_args_is_help=True, help="The golden set (in the database): import, export, list.")
+regress_app = typer.Typer(
+    invoke_without_command=True,
+    help="The golden-set regression run (no subcommand), and its report (`regress report`).",
+)
 ACTOR = "cli"
 
 
@@ -32,7 +37,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(experiments_app, name="experiments")
     app.add_typer(pipeline_app, name="pipeline")
     app.add_typer(golden_app, name="golden")
-    app.command("regress")(regress)
+    app.add_typer(regress_app, name="regress")
 
 
 def _store() -> Store:
@@ -298,7 +303,9 @@ def golden_list(json_: JsonOpt = False) -> None:
 # --------------------------------------------------------------------------- regression
 
 
+@regress_app.callback()
 def regress(
+    ctx: typer.Context,
     collection: CollectionOpt = "default",
     limit: Annotated[int | None, typer.Option("--limit", help="Only the first N working-set entries.")] = None,
     webhook: Annotated[
@@ -309,6 +316,9 @@ def regress(
     """The golden-set regression: the working set (not the held-out 20%) through the current version,
     compared with the last approved run; a drop rolls back to that run's version."""
     import os
+
+    if ctx.invoked_subcommand is not None:
+        return
 
     from ragloop.experiments.regression import run_regression
     from ragloop.experiments.runtime import build_answerer
@@ -341,3 +351,25 @@ def regress(
         )
         if res.alert:
             console.print(f"[red]{res.alert}[/]", highlight=False)
+
+
+@regress_app.command("report")
+def regress_report(
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Write regression.md, .json and .png (the chart) here.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="The latest N runs.")] = 50,
+    json_: JsonOpt = False,
+) -> None:
+    """The regression runs: per metric mean, n and 95% CI, the baseline comparison; a trend chart."""
+    from ragloop.experiments.regression_report import regression_history, render_markdown, write_report
+
+    with _store() as store:
+        history = regression_history(store, limit=limit)
+    files = write_report(history, out_dir) if out_dir is not None else {}
+    if json_:
+        print_json(history.to_json() | {"files": files})
+        return
+    out.print(render_markdown(history, None), highlight=False, markup=False)
+    for kind, path in files.items():
+        out.print(f"{kind}: {path}", highlight=False)

@@ -24,6 +24,7 @@ import math
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -152,6 +153,17 @@ def last_approved(store: Store) -> RegressionRun | None:
     return None
 
 
+def regression_due(store: Store, now: datetime, interval_s: float) -> bool:
+    """Is a scheduled run due: none yet, or the latest started `interval_s` or more ago on `now`'s
+    clock (the loop's)? A server restart neither repeats tonight's run nor skips it, and several
+    servers polling the same store mostly agree (a rare double run is harmless: it only measures)."""
+    latest = store.regressions.latest(status=None)
+    if latest is None or latest.started_at is None:
+        return True
+    started = latest.started_at if latest.started_at.tzinfo else latest.started_at.replace(tzinfo=now.tzinfo)
+    return now - started >= timedelta(seconds=interval_s)
+
+
 def send_alert(message: str, evidence: dict[str, Any], webhook_url: str | None) -> None:
     log.error("REGRESSION ALERT: %s", message)
     if not webhook_url:
@@ -174,7 +186,9 @@ def run_regression(
     webhook_url: str | None = None,
     actor: str = "regression",
     limit: int | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> RegressionResult:
+    """`clock`: the loop's (`ragloop.improve.clock`), stamped on the run; default the wall clock."""
     entries = working_set(store)[:limit] if limit else working_set(store)
     baseline = last_approved(store)
     base_items: dict[str, dict[str, float]] = dict((baseline.report or {}).get("items", {})) if baseline else {}
@@ -182,6 +196,7 @@ def run_regression(
         golden_set_version=store.golden.golden_set_version(),
         pipeline_version=pipeline_version,
         baseline=dict(baseline.metrics) if baseline else {},
+        when=clock() if clock else None,
     )
     items: dict[str, dict[str, float]] = {}
     errors: dict[str, str] = {}
@@ -248,6 +263,7 @@ def run_regression(
             "baseline_run_id": baseline.run_id if baseline else None,
             "comparisons": [c.to_json() for c in comparisons],
         },
+        when=clock() if clock else None,
     )
     return RegressionResult(
         run_id=run.run_id,

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import Scope
 
 from ragloop.config import PipelineConfig, Settings
+from ragloop.improve.clock import SYSTEM_CLOCK, Clock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.judge import Judge, make_judge
 from ragloop.improve.tier1 import load_model
@@ -194,11 +195,17 @@ def create_app(
     return app
 
 
-def _periodic(store: Store, settings: Settings, cfg: ServiceConfig, agents: AgentManager) -> PeriodicTasks:
-    """Experiment aggregation (on by default) and the scheduled regression run (off by default)."""
+REGRESSION_POLL_S = 300.0
+
+
+def _periodic(
+    store: Store, settings: Settings, cfg: ServiceConfig, agents: AgentManager, clock: Clock = SYSTEM_CLOCK
+) -> PeriodicTasks:
+    """Experiment aggregation (on by default) and the scheduled regression run (off by default;
+    `RAGLOOP_REGRESSION_INTERVAL_S=86400` for nightly, "nightly" read on the loop's `clock`)."""
     from ragloop.experiments.aggregation import aggregate_running
     from ragloop.experiments.promotion import MaintenanceWindow
-    from ragloop.experiments.regression import run_regression
+    from ragloop.experiments.regression import regression_due, run_regression
     from ragloop.experiments.runtime import build_answerer, golden_smoke_test
 
     window = MaintenanceWindow.parse(cfg.promotion_window)
@@ -210,17 +217,22 @@ def _periodic(store: Store, settings: Settings, cfg: ServiceConfig, agents: Agen
             agents.invalidate()
 
     def regress() -> None:
+        if not regression_due(store, clock.now(), cfg.regression_interval_s):
+            return
         version, config = agents.active()
         run_regression(
             store,
             build_answerer(settings, cfg.collection, config),
             pipeline_version=version,
             webhook_url=cfg.regression_webhook_url,
+            clock=clock,
         )
         agents.invalidate()
 
     tasks.add("experiment-aggregation", cfg.experiment_aggregate_interval_s, aggregate)
-    tasks.add("golden-regression", cfg.regression_interval_s, regress)
+    # polled (at most every 5 min), run when the store's last run is an interval old on the clock
+    poll = min(cfg.regression_interval_s, REGRESSION_POLL_S) if cfg.regression_interval_s > 0 else 0.0
+    tasks.add("golden-regression", poll, regress)
     return tasks
 
 

@@ -11,6 +11,7 @@ from ragloop.service.routes import (
     keys,
     pipeline,
     query,
+    regression,
     review,
 )
 
@@ -23,6 +24,7 @@ ROUTERS = (
     pipeline.router,
     experiments.router,
     golden.router,
+    regression.router,
     review.router,
     improve.router,
     keys.router,

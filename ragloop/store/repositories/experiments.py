@@ -143,11 +143,18 @@ class RegressionRuns:
         self.db = db
 
     def start(
-        self, *, golden_set_version: int, pipeline_version: str, baseline: Mapping[str, float] | None = None
+        self,
+        *,
+        golden_set_version: int,
+        pipeline_version: str,
+        baseline: Mapping[str, float] | None = None,
+        when: datetime | None = None,
     ) -> RegressionRun:
+        """`when`: the caller's clock (the loop's, so a simulated night is a night); default now."""
         base = dict(baseline or {})
         with self.db.transaction() as s:
             row = RegressionRun(
+                started_at=when or utcnow(),
                 golden_set_version=golden_set_version,
                 pipeline_version=pipeline_version,
                 baseline=base,
@@ -166,6 +173,7 @@ class RegressionRuns:
         rollback_triggered: bool = False,
         status: str = "completed",
         report: Mapping[str, Any] | None = None,
+        when: datetime | None = None,
     ) -> RegressionRun:
         with self.db.transaction() as s:
             row = _require(s, RegressionRun, run_id)
@@ -178,7 +186,7 @@ class RegressionRuns:
             row.rollback_triggered = rollback_triggered
             row.run_status = status
             row.report = dict(report or {})
-            row.completed_at = utcnow()
+            row.completed_at = when or utcnow()
             s.flush()
             return row
 
