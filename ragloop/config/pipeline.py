@@ -16,6 +16,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+PromptVersion = Literal["v1", "v2-citations", "v3-negatives", "v4-context-only"]
+"""The generation prompt variants (`ragloop.agent.prompts.VARIANTS` holds each one's text and rules).
+Listed here so an unknown version is a config error at load time, not a silent default."""
+
 
 class _Knobs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -162,7 +166,9 @@ class AgentConfig(_Knobs):
     validate_citations: bool = True
     scorers: ScorersConfig = ScorersConfig()
     budgets: BudgetsConfig = BudgetsConfig()
-    prompt_version: str = "v1"
+    prompt_version: PromptVersion = Field(
+        default="v1", description="the generation prompt and its extractive composer rules (ragloop.agent.prompts)"
+    )
 
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> AgentConfig:

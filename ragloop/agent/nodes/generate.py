@@ -1,7 +1,9 @@
 """generate: an answer from the refined context only, with inline [n] citations.
 
-LLM: sources fenced as data, a one-shot example of citing. Offline: an extractive composer
-that picks the best-supported strips, drops near-duplicates and cites each sentence. The result
+LLM: sources fenced as data, a one-shot example of citing, the system prompt of the config's
+`prompt_version`. Offline: an extractive composer that picks the best-supported strips, drops
+near-duplicates and cites each sentence, under the same version's composer rules (relevance floor,
+sentence cap: `ragloop.agent.prompts`). The result
 is a *pending* answer: nothing is shown until validation passes.
 """
 
@@ -87,10 +89,11 @@ async def generate(state: AgentState, rt: Runtime) -> NodeResult:
     citations, texts, numbers = number_sources(state)
     corrections = state.get("corrections") or []
     spent = budget_exceeded(state, rt) if rt.chat is not None else None
+    variant = prompts.variant(cfg.prompt_version)
     if rt.chat is not None and not state.get("extractive") and not spent:
         req = ChatRequest.user(
             prompts.generate_user(question, prompts.sources_block(citations, texts), corrections),
-            system=prompts.GENERATE_SYSTEM.format(max_sentences=cfg.max_answer_sentences + 2),
+            system=variant.system_prompt(variant.max_sentences(cfg.max_answer_sentences) + 2),
             max_tokens=400,
         )
         try:
@@ -112,7 +115,13 @@ async def generate(state: AgentState, rt: Runtime) -> NodeResult:
     else:
         failure = "extractive fallback: the chat model's drafts failed validation" if state.get("extractive") else ""
     avoid = set(state.get("unsupported") or [])
-    answer = compose(state.get("kept") or [], numbers, cfg.max_answer_sentences, avoid, cfg.answer_floor)
+    answer = compose(
+        state.get("kept") or [],
+        numbers,
+        variant.max_sentences(cfg.max_answer_sentences),
+        avoid,
+        max(cfg.answer_floor, variant.rules.floor_ratio),
+    )
     update: dict[str, object] = {"pending_answer": answer, "pending_citations": citations}
     if spent:
         update["extractive"] = True  # one extractive draft; if it fails too, the turn refuses

@@ -2,7 +2,8 @@
 
 Gate: an answer with no valid citation id is never shown (no-information response). Then each
 sentence must carry a citation, and each cited chunk must support its sentence (support
-scorer, one batched call). Problems go back to `generate` as explicit corrections, at most
+scorer, one batched call, against the prompt variant's support threshold: `SUPPORT_THRESHOLD`
+for v1). Problems go back to `generate` as explicit corrections, at most
 `max_citation_retries` times; corrections live for this turn only. When retries run out the
 unsupported sentences are cut, and if nothing supported is left the graph refuses (or, in a later
 critique cycle, keeps the answer an earlier cycle validated). Before refusing, a chat model's
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from ragloop.agent.prompts import ComposerRules, variant
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
 from ragloop.text.sentences import split_strips
@@ -24,7 +26,7 @@ CITE = re.compile(r"\[(\d+)\]")
 TRAILING = re.compile(r"\s*([.!?])\s*((?:\[\d+\]\s*)+)")
 SPACE_BEFORE_STOP = re.compile(r"\s+([.!?,;:])")
 MIN_CLAIM_CHARS = 20
-SUPPORT_THRESHOLD = 0.5
+SUPPORT_THRESHOLD = ComposerRules().support_threshold
 
 
 def strip_markers(sentence: str) -> str:
@@ -102,7 +104,8 @@ async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
     support: dict[str, float] = {}
     for (s, _), j in zip(pairs, judged, strict=True):
         support[s] = max(support.get(s, 0.0), float(j.p))
-    unsupported = [s for s, p in support.items() if p < SUPPORT_THRESHOLD]
+    threshold = variant(cfg.prompt_version).rules.support_threshold
+    unsupported = [s for s, p in support.items() if p < threshold]
     bad_ids = sorted({n for _, ns in cited for n in ns if n not in citations})
     problems = [f"Add a citation to: {strip_markers(s)!r}" for s in uncited]
     problems += [
