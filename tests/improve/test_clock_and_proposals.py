@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ragloop.improve import remediation
 from ragloop.improve.clock import Clock, ManualClock, SystemClock, day_start
 from ragloop.improve.proposals import Context, spec_for
 from ragloop.improve.remediation import (
@@ -54,9 +55,10 @@ def test_the_clock_drives_the_store_queue_too(tmp_path: Path) -> None:
         assert queue.clock() == clock.now()
 
 
-def test_every_kind_but_prompt_candidates_has_a_remediation() -> None:
-    assert set(REMEDIATIONS) == set(ActionKind) - {ActionKind.PROMPT_CANDIDATE}
+def test_every_kind_has_a_remediation(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert set(REMEDIATIONS) == set(ActionKind)
     spec = ActionSpec(action_id="x", kind=ActionKind.PROMPT_CANDIDATE, component="prompt")
+    monkeypatch.setattr(remediation, "REMEDIATIONS", {})
     with pytest.raises(UnsupportedAction):
         make_remediation(spec)
 

@@ -1,7 +1,6 @@
 """Remediations: typed actions with evidence, expected delta, apply and revert, by `ActionKind`.
 
 `REMEDIATIONS` is the registry table (kind -> class), so a new kind is one row, never a branch.
-Prompt candidates and tier-1 recalibration have no remediation yet: `make_remediation` says so.
 The rows themselves are proposed by the diagnosis pass (`ragloop.improve.proposals`); each class
 reads the payload it writes (extra keys ignored).
 """
@@ -33,6 +32,7 @@ from ragloop.improve.remediation.expansion_cache import (
     serving_expansion,
 )
 from ragloop.improve.remediation.gap import KnowledgeGapAction
+from ragloop.improve.remediation.prompts import PromptCandidateAction
 from ragloop.improve.remediation.ranking import RankingBufferAction
 from ragloop.improve.remediation.rechunk import RechunkAction
 from ragloop.improve.remediation.thresholds import ThresholdRecalibrationAction
@@ -46,6 +46,7 @@ REMEDIATIONS: Mapping[ActionKind, type[Remediation]] = {
         KnowledgeGapAction,
         RankingBufferAction,
         ThresholdRecalibrationAction,
+        PromptCandidateAction,
     )
 }
 
@@ -74,6 +75,7 @@ __all__ = [
     "ExpansionPayload",
     "GroupMeasurement",
     "KnowledgeGapAction",
+    "PromptCandidateAction",
     "QueryGroup",
     "RankingBufferAction",
     "RechunkAction",

@@ -1,0 +1,323 @@
+"""Prompt candidates (generation failures): try the other generation-prompt variants on the golden
+set and register the one that makes answers more faithful as a *candidate* pipeline version.
+
+The queue keeps one prompt action per collection and pipeline version (`proposals.spec_for`), and
+every further generation failure of that version adds its answer to it while it is proposed; the
+action waits until `min_failures` of its answers have a completed `generation_failure` diagnosis
+(one unfaithful answer is no reason to change how every question is answered).
+
+The trial: every variant of `ragloop.agent.prompts.VARIANTS` other than the serving one answers the
+working golden set (live, never the held-out 20%: `experiments.golden.working_set`; answerable
+entries, the first `golden_limit`) on the action's collection, and so does the serving config. Each
+answer is assessed as the diagnosis assessed the failures (`diagnosis.assess_answer` with the
+diagnosis judge, faithfulness at the tree's claim-support threshold with its grounding check), so
+"more faithful" means what the classifier meant by "unfaithful". Offline there is no prompt: a
+variant's composer rules (support threshold, relevance floor, sentence cap) change the extractive
+answers instead, so the trial measures something with or without a chat model.
+
+A variant becomes the candidate when its faithfulness gain over the serving prompt, paired over
+the entries both answered, is above `min_gain` (2 points) *and* the paired bootstrap interval's
+lower bound is above 0, at a Bonferroni-corrected level (0.05 / number of variants tried), and
+its answer F1 against the references does not drop (the F1 difference's interval does not lie
+below 0): a variant that refuses or truncates its way to faithfulness is no improvement. The best
+such variant (largest gain) is registered; the trial's table is its own audit entry either way.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragloop.agent.prompts import VARIANTS
+from ragloop.config.pipeline import PipelineConfig
+from ragloop.evaluation.metrics.answer import token_f1
+from ragloop.evaluation.stats import paired_bootstrap
+from ragloop.experiments.golden import UNANSWERABLE_TAG, working_set
+from ragloop.improve.diagnosis import assess_answer
+from ragloop.improve.remediation.base import AppliedChange, AuditNote, Effect, Remediation, RemediationContext
+from ragloop.improve.types import ActionKind, FailureMode, Thresholds
+from ragloop.models.chat import run_sync
+from ragloop.models.scoring import make_scorer
+from ragloop.models.scoring.base import Scorer
+from ragloop.store import GoldenSetEntry, Store
+
+TRIAL_ACTION = "prompt_trial"
+JUDGE = "lexical"
+"""The diagnosis pass's judge (`DiagnosisConfig.scorer`): the one the tree's thresholds were chosen with."""
+
+
+@dataclass(frozen=True)
+class GoldenAnswer:
+    """What a pipeline answered to one golden question, and the passages it answered from."""
+
+    answer: str
+    contexts: tuple[str, ...]
+    refused: bool
+
+
+Answerer = Callable[[str], GoldenAnswer]
+RunnerFactory = Callable[[PipelineConfig], AbstractContextManager[Answerer]]
+"""A config -> a context that answers golden questions with it (and cleans up after)."""
+
+
+@dataclass(frozen=True)
+class ItemScore:
+    faithfulness: float | None
+    """None when the pipeline refused (no claims to check)."""
+    f1: float
+    """Token F1 against the reference; 0 for a refusal."""
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    version: str
+    paired: int
+    """Entries both the serving prompt and this variant answered (the faithfulness pairs)."""
+    faithfulness: float
+    baseline_faithfulness: float
+    gain: float
+    lo: float
+    hi: float
+    f1_diff: float
+    f1_lo: float
+    f1_hi: float
+    refused: int
+
+    def qualifies(self, min_gain: float) -> bool:
+        return self.paired > 1 and self.gain > min_gain and self.lo > 0.0 and not self.f1_hi < 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class PromptTrial:
+    serving: str
+    entries: int
+    alpha: float
+    min_gain: float
+    variants: list[VariantResult] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> VariantResult | None:
+        ok = [v for v in self.variants if v.qualifies(self.min_gain)]
+        return max(ok, key=lambda v: (v.gain, v.lo)) if ok else None
+
+    def to_json(self) -> dict[str, Any]:
+        chosen = self.chosen
+        return {
+            "serving": self.serving,
+            "entries": self.entries,
+            "alpha": round(self.alpha, 6),
+            "min_gain": self.min_gain,
+            "variants": [v.to_json() for v in self.variants],
+            "chosen": chosen.version if chosen else None,
+        }
+
+
+def score_item(judge: Scorer, entry: GoldenSetEntry, got: GoldenAnswer, thresholds: Thresholds) -> ItemScore:
+    f1 = 0.0 if got.refused else float(token_f1(got.answer, entry.expected_answer))
+    if got.refused:
+        return ItemScore(None, f1)
+    assessment = run_sync(
+        assess_answer(judge, entry.question, got.answer, got.contexts, reference=entry.expected_answer)
+    )
+    faith, _ = assessment.faithfulness_at(thresholds.claim_support, thresholds.grounding)
+    return ItemScore(faith, f1)
+
+
+def compare(
+    version: str, base: Sequence[ItemScore], var: Sequence[ItemScore], *, alpha: float, resamples: int, seed: int
+) -> VariantResult:
+    pairs = [(b.faithfulness, v.faithfulness) for b, v in zip(base, var, strict=True)]
+    both = [(b, v) for b, v in pairs if b is not None and v is not None]
+    if both:
+        fb, fv = [b for b, _ in both], [v for _, v in both]
+        gain, lo, hi = paired_bootstrap(fb, fv, resamples=resamples, seed=seed, alpha=alpha)
+    else:
+        fb, fv, gain, lo, hi = [], [], 0.0, 0.0, 0.0
+    f1_diff, f1_lo, f1_hi = paired_bootstrap(
+        [b.f1 for b in base], [v.f1 for v in var], resamples=resamples, seed=seed, alpha=alpha
+    )
+    return VariantResult(
+        version=version,
+        paired=len(both),
+        faithfulness=float(np.mean(fv)) if fv else 0.0,
+        baseline_faithfulness=float(np.mean(fb)) if fb else 0.0,
+        gain=float(gain),
+        lo=float(lo),
+        hi=float(hi),
+        f1_diff=float(f1_diff),
+        f1_lo=float(f1_lo),
+        f1_hi=float(f1_hi),
+        refused=sum(v.faithfulness is None for v in var),
+    )
+
+
+def run_trial(
+    entries: Sequence[GoldenSetEntry],
+    config: PipelineConfig,
+    runner: RunnerFactory,
+    judge: Scorer,
+    *,
+    min_gain: float = 0.02,
+    thresholds: Thresholds | None = None,
+    resamples: int = 1000,
+    seed: int = 20240601,
+) -> PromptTrial:
+    """The serving config and each other prompt variant over `entries`; see the module docstring."""
+    t = thresholds or Thresholds()
+    serving = config.agent.prompt_version
+    others = [v for v in VARIANTS if v != serving]
+    alpha = 0.05 / max(1, len(others))
+
+    def scores(cfg: PipelineConfig) -> list[ItemScore]:
+        with runner(cfg) as answer:
+            return [score_item(judge, e, answer(e.question), t) for e in entries]
+
+    base = scores(config)
+    results = []
+    for version in others:
+        var = scores(config.with_overrides(agent={"prompt_version": version}))
+        results.append(compare(version, base, var, alpha=alpha, resamples=resamples, seed=seed))
+    return PromptTrial(serving, len(entries), alpha, min_gain, results)
+
+
+def answerable_entries(store: Store, limit: int) -> list[GoldenSetEntry]:
+    """The working golden set's answerable entries with a reference (never the held-out share)."""
+    out = [e for e in working_set(store) if e.expected_answer and UNANSWERABLE_TAG not in (e.domain_tags or [])]
+    return out[:limit]
+
+
+def generation_failures(store: Store, answer_ids: Sequence[str]) -> int:
+    n = 0
+    for answer_id in answer_ids:
+        row = store.diagnoses.get(answer_id)
+        n += row is not None and row.status == "completed" and row.failure_mode == FailureMode.GENERATION_FAILURE
+    return n
+
+
+def agent_runner(ctx: RemediationContext, collection: str) -> RunnerFactory:
+    """Golden questions through the offline (or configured) answer graph on `collection`, each in a
+    fresh thread, with conversation memory in a temporary directory (a trial leaves no threads)."""
+
+    @contextmanager
+    def run(cfg: PipelineConfig) -> Iterator[Answerer]:
+        from ragloop.agent.build import build_agent
+
+        coll = ctx.collections(collection)
+        with tempfile.TemporaryDirectory(prefix="ragloop-prompt-trial-") as tmp:
+            d = Path(tmp)
+            agent = build_agent(
+                coll, cfg, checkpointer_url=f"sqlite:///{d / 'cp.sqlite'}", log_url=f"sqlite:///{d / 'log.sqlite'}"
+            )
+            try:
+
+                def answer(question: str) -> GoldenAnswer:
+                    ans = agent.answer(question)
+                    return GoldenAnswer(ans.answer, answer_contexts(ans.state or {}), bool(ans.refused))
+
+                yield answer
+            finally:
+                agent.memory.close()
+
+    return run
+
+
+def answer_contexts(state: dict[str, Any]) -> tuple[str, ...]:
+    """The passages an answer was generated from: its kept strips joined per chunk, in order (what
+    the recorder stores as the evaluation's sources, and the diagnosis reads as contexts)."""
+    texts: dict[str, list[str]] = {}
+    for s in state.get("kept") or []:
+        texts.setdefault(str(s.chunk_id), []).append(str(s.text))
+    return tuple(" ".join(t) for t in texts.values())
+
+
+class PromptPayload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    collection: str
+    min_failures: int = Field(default=10, ge=1)
+    """Completed generation-failure diagnoses among the action's answers before a trial runs."""
+    min_entries: int = Field(default=20, ge=2)
+    """Answerable working golden entries a trial needs."""
+    golden_limit: int = Field(default=100, ge=2)
+    min_gain: float = Field(default=0.02, ge=0.0, le=1.0)
+
+
+class PromptCandidateAction(Remediation[PromptPayload]):
+    kind: ClassVar[ActionKind] = ActionKind.PROMPT_CANDIDATE
+    effect: ClassVar[Effect] = Effect.CANDIDATE
+    cost: ClassVar[float] = 4.0
+    """Answers the golden set once per variant."""
+    payload_type: ClassVar[type[BaseModel]] = PromptPayload
+
+    def ready(self, ctx: RemediationContext) -> str | None:
+        p = self.payload
+        failures = generation_failures(ctx.store, self.spec.answer_ids)
+        if failures < p.min_failures:
+            return f"{failures}/{p.min_failures} generation failures"
+        entries = len(answerable_entries(ctx.store, p.golden_limit))
+        if entries < p.min_entries:
+            return f"{entries}/{p.min_entries} answerable working golden entries"
+        return None
+
+    def apply(self, ctx: RemediationContext) -> AppliedChange:
+        p = self.payload
+        entries = answerable_entries(ctx.store, p.golden_limit)
+        judge = make_scorer(JUDGE, ctx.collections(p.collection).settings)
+        trial = run_trial(
+            entries,
+            ctx.config,
+            agent_runner(ctx, p.collection),
+            judge,
+            min_gain=p.min_gain,
+            resamples=ctx.settings.resamples,
+            seed=ctx.settings.seed,
+        )
+        chosen = trial.chosen
+        candidate = None
+        if chosen is not None:
+            cfg = ctx.config.with_overrides(agent={"prompt_version": chosen.version})
+            cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+prompt-{chosen.version}"})
+            row = ctx.store.pipelines.register_config(
+                cfg,
+                description=(
+                    f"prompt {chosen.version} (was {trial.serving}): faithfulness {chosen.gain:+.3f} "
+                    f"[{chosen.lo:+.3f}, {chosen.hi:+.3f}] on {chosen.paired} golden entries (candidate)"
+                ),
+            )
+            candidate = row.version_id
+        note = AuditNote(
+            action_type=TRIAL_ACTION,
+            evidence={
+                "domain": p.collection,
+                "generation_failures": generation_failures(ctx.store, self.spec.answer_ids),
+                "trial": trial.to_json(),
+                "candidate_version": candidate,
+            },
+            pipeline_version_before=ctx.config.version_id,
+            pipeline_version_after=candidate,
+        )
+        verdict = (
+            f"candidate {candidate} ({chosen.version})"
+            if candidate and chosen
+            else f"no candidate (no variant gained > {p.min_gain:g} with an interval above 0)"
+        )
+        return AppliedChange(
+            kind=self.kind,
+            effect=Effect.CANDIDATE if candidate else Effect.RECORD,
+            summary=f"{len(trial.variants)} prompt variants on {trial.entries} golden entries: {verdict}",
+            candidate_version=candidate,
+            notes=(note,),
+        )
+
+    def revert(self, ctx: RemediationContext, change: AppliedChange) -> None:
+        return None  # a candidate is never serving; the experiments' path retires it
