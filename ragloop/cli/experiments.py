@@ -3,7 +3,7 @@ golden set (the database; JSONL in and out) and the golden-set regression run.
 
 ragloop pipeline register cand.yaml [--full] [--json]     ragloop pipeline versions|diff A B
 ragloop experiments create --name n --treatment '{"retrieval": {"mode": "bm25"}}' --metric tier1_score
-ragloop experiments list|results ID|stop ID|promote ID|reject ID [--json]
+ragloop experiments list|results ID|stop ID|promote ID|reject ID|auto [--json]   ragloop pipeline approve V
 ragloop golden import FILE | export FILE | list [--json]  ragloop regress [--json]
 ragloop regress report [--out DIR] [--limit N] [--json]
 """
@@ -89,6 +89,21 @@ def pipeline_register(
             fail(str(exc))
         data = {"version": row.version_id, "status": row.status, "parent_version": row.parent_version_id}
     _emit(data, json_, f"candidate {data['version']} ({data['status']}, parent {data['parent_version']})")
+
+
+@pipeline_app.command("approve")
+def pipeline_approve(version: str, note: Annotated[str, typer.Option("--note")] = "", json_: JsonOpt = False) -> None:
+    """Record a human approval checkpoint on a version (what a candidate waits for when
+    RAGLOOP_AUTO_EXPERIMENT_REQUIRES_APPROVAL is on)."""
+    import getpass
+
+    with _store() as store:
+        try:
+            row = store.pipelines.approve(version, actor=f"{ACTOR}:{getpass.getuser()}", note=note)
+        except LookupError as exc:
+            fail(str(exc))
+        data = {"version": row.version_id, "approvals": list(row.approvals)}
+    _emit(data, json_, f"approved {version} ({len(data['approvals'])} approval(s))")
 
 
 @pipeline_app.command("versions")
@@ -178,6 +193,27 @@ def experiments_create(
         json_,
         f"experiment {data['experiment_id']} running: {data['control_version']} vs {data['treatment_version']}",
     )
+
+
+@experiments_app.command("auto")
+def experiments_auto(collection: CollectionOpt = "default", json_: JsonOpt = False) -> None:
+    """One auto-experiment step (what `ragloop serve` runs periodically): the oldest untried machine-made
+    candidate is rebased, golden-checked and given an experiment with the `RAGLOOP_EXPERIMENT_*` defaults."""
+    from ragloop.experiments.auto import auto_experiment_step, golden_check
+    from ragloop.experiments.runtime import build_answerer
+    from ragloop.experiments.versions import version_config
+    from ragloop.service.config import ServiceConfig
+
+    auto = ServiceConfig.from_env().auto_experiments
+    with _store() as store:
+        check = golden_check(
+            store,
+            lambda v: build_answerer(settings(), collection, version_config(store, v)),
+            threshold=auto.golden_threshold,
+            limit=auto.golden_limit,
+        )
+        step = auto_experiment_step(store, check, settings=auto, actor="auto-experiment (cli)")
+    _emit(step.to_json(), json_, f"{step.outcome.value}: candidate {step.candidate}, experiment {step.experiment_id}")
 
 
 @experiments_app.command("list")

@@ -8,7 +8,8 @@ overrides are applied, so `{}` vs `{"retrieval": {"k": 5}}` — the default — 
 An arm is either config overrides of the current version or an existing version id.
 
 One experiment runs at a time: a session's variant is then a function of one experiment, and two
-experiments never split the same traffic against different controls.
+experiments never split the same traffic against different controls. The database enforces it
+(a partial unique index, migration 0005), so two servers creating one each cannot both succeed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ragloop.experiments.assignment import ExperimentStatus
 from ragloop.experiments.metrics import Metric, parse_metric
 from ragloop.experiments.stats import check_split
 from ragloop.experiments.versions import ConfigError, register_candidate
+from ragloop.store import StoreConflictError
 
 if TYPE_CHECKING:
     from ragloop.store import Experiment, Store
@@ -97,7 +99,23 @@ def create_experiment(store: Store, spec: ExperimentSpec, *, actor: str, clock: 
     running = store.experiments.list_experiments(status=ExperimentStatus.RUNNING)
     if running:
         raise ExperimentConflictError(f"experiment {running[0].experiment_id} ({running[0].name}) is still running")
-    row = store.experiments.create(
+    try:
+        row = _insert(store, spec, control, treatment, actor, clock)
+    except StoreConflictError:  # another server started one between the read above and this write
+        raise ExperimentConflictError("another experiment started running meanwhile") from None
+    store.audit.record(
+        "experiment_create",
+        triggered_by=spec.name,
+        actor=actor,
+        evidence={"experiment_id": row.experiment_id, "spec": spec.model_dump(mode="json")},
+        pipeline_version_before=control,
+        pipeline_version_after=treatment,
+    )
+    return row
+
+
+def _insert(store: Store, spec: ExperimentSpec, control: str, treatment: str, actor: str, clock: Clock) -> Experiment:
+    return store.experiments.create(
         spec.name,
         control_config=spec.control if isinstance(spec.control, dict) else {"version": spec.control},
         treatment_config=spec.treatment if isinstance(spec.treatment, dict) else {"version": spec.treatment},
@@ -112,15 +130,6 @@ def create_experiment(store: Store, spec: ExperimentSpec, *, actor: str, clock: 
         created_by=actor,
         started_at=clock(),
     )
-    store.audit.record(
-        "experiment_create",
-        triggered_by=spec.name,
-        actor=actor,
-        evidence={"experiment_id": row.experiment_id, "spec": spec.model_dump(mode="json")},
-        pipeline_version_before=control,
-        pipeline_version_after=treatment,
-    )
-    return row
 
 
 def end_experiment(

@@ -201,19 +201,22 @@ REGRESSION_POLL_S = 300.0
 def _periodic(
     store: Store, settings: Settings, cfg: ServiceConfig, agents: AgentManager, clock: Clock = SYSTEM_CLOCK
 ) -> PeriodicTasks:
-    """Experiment aggregation (on by default) and the scheduled regression run (off by default;
-    `RAGLOOP_REGRESSION_INTERVAL_S=86400` for nightly, "nightly" read on the loop's `clock`)."""
+    """Experiment aggregation and the auto-experiment step (on by default), the scheduled regression run
+    (off by default; `RAGLOOP_REGRESSION_INTERVAL_S=86400` for nightly, "nightly" read on the loop's
+    `clock`)."""
     from ragloop.experiments.aggregation import aggregate_running
+    from ragloop.experiments.auto import AutoOutcome, auto_experiment_step, golden_check
     from ragloop.experiments.promotion import MaintenanceWindow
     from ragloop.experiments.regression import regression_due, run_regression
     from ragloop.experiments.runtime import build_answerer, golden_smoke_test
+    from ragloop.experiments.versions import version_config
 
     window = MaintenanceWindow.parse(cfg.promotion_window)
     smoke = golden_smoke_test(store, settings, cfg.collection)
     tasks = PeriodicTasks()
 
     def aggregate() -> None:
-        if aggregate_running(store, smoke_test=smoke, window=window):
+        if aggregate_running(store, clock, smoke_test=smoke, window=window):
             agents.invalidate()
 
     def regress() -> None:
@@ -229,7 +232,21 @@ def _periodic(
         )
         agents.invalidate()
 
+    auto_settings = cfg.auto_experiments
+    check = golden_check(
+        store,
+        lambda version: build_answerer(settings, cfg.collection, version_config(store, version)),
+        threshold=auto_settings.golden_threshold,
+        limit=auto_settings.golden_limit,
+    )
+
+    def auto_experiment() -> None:
+        step = auto_experiment_step(store, check, settings=auto_settings, clock=clock)
+        if step.outcome not in (AutoOutcome.BUSY, AutoOutcome.IDLE):
+            log.info("auto-experiment: %s", step.to_json())
+
     tasks.add("experiment-aggregation", cfg.experiment_aggregate_interval_s, aggregate)
+    tasks.add("auto-experiment", cfg.auto_experiment_interval_s, auto_experiment)
     # polled (at most every 5 min), run when the store's last run is an interval old on the clock
     poll = min(cfg.regression_interval_s, REGRESSION_POLL_S) if cfg.regression_interval_s > 0 else 0.0
     tasks.add("golden-regression", poll, regress)

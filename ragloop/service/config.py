@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ragloop.experiments.auto import AutoExperimentSettings
 from ragloop.improve.routing import RoutingConfig
 
 _ROUTING = RoutingConfig()
@@ -91,6 +92,21 @@ class ServiceConfig:
     """How often running experiments are aggregated (guardrails, promotion); 0 turns it off."""
     promotion_window: str = ""
     """UTC hours in which an experiment may promote its treatment, "HH-HH" (e.g. "2-5"); empty: any time."""
+    auto_experiment_interval_s: float = 300.0
+    """How often the auto-experiment step runs (`ragloop.experiments.auto`: a machine-made candidate passes
+    the golden check, then gets an experiment with the defaults below); 0 turns it off."""
+    experiment_traffic_split: float = 0.05
+    """Treatment share of the experiments the auto-experiment step starts, in (0, 0.5]."""
+    experiment_min_sample_size: int = 500
+    """Answers per arm before such an experiment may decide."""
+    experiment_min_duration_s: float = 86400.0
+    """Seconds (on the loop's clock) before such an experiment may promote."""
+    experiment_min_effect: float = 0.02
+    experiment_primary_metric: str = "tier1_score"
+    experiment_guardrail_metrics: tuple[str, ...] = ("faithfulness", "latency_p99")
+    auto_experiment_requires_approval: bool = False
+    """A machine-made candidate waits for a human approval (`ragloop pipeline approve`) before its golden
+    check and experiment; off by default (see `ragloop.experiments.auto` for why)."""
     regression_interval_s: float = 0.0
     """The scheduled golden-set regression run (86400 for nightly); 0 (the default) turns it off."""
     regression_webhook_url: str | None = None
@@ -115,6 +131,19 @@ class ServiceConfig:
 
     def with_(self, **changes: Any) -> ServiceConfig:
         return replace(self, **changes)
+
+    @property
+    def auto_experiments(self) -> AutoExperimentSettings:
+        """The experiment every machine-made candidate gets, for `ragloop.experiments.auto`."""
+        return AutoExperimentSettings(
+            traffic_split=self.experiment_traffic_split,
+            min_sample_size=self.experiment_min_sample_size,
+            min_duration_s=self.experiment_min_duration_s,
+            primary_metric=self.experiment_primary_metric,
+            min_effect=self.experiment_min_effect,
+            guardrail_metrics=self.experiment_guardrail_metrics,
+            require_approval=self.auto_experiment_requires_approval,
+        )
 
     @property
     def routing(self) -> RoutingConfig:

@@ -291,6 +291,18 @@ class Experiment(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
+    __table_args__ = (
+        # one experiment runs at a time (a session's variant is a function of one experiment): the
+        # database says so, so two servers starting one each cannot both succeed
+        Index(
+            "uq_experiments_one_running",
+            "status",
+            unique=True,
+            sqlite_where=text("status = 'running'"),
+            postgresql_where=text("status = 'running'"),
+        ),
+    )
+
 
 class PipelineVersion(Base):
     """A stored pipeline configuration. Exactly one row is `active` (a partial unique index says so)."""

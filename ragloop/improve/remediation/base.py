@@ -159,6 +159,24 @@ class RemediationContext:
     settings: RemediationSettings = field(default_factory=RemediationSettings)
 
 
+CANDIDATE_SOURCE = "remediation:"
+"""`created_by` prefix of the candidates remediations register (`ragloop.experiments.auto` starts an
+experiment for each; kept equal to its `SOURCE_PREFIX`, which a test checks)."""
+
+
+def register_candidate(ctx: RemediationContext, config: PipelineConfig, kind: ActionKind, description: str) -> str:
+    """Register a candidate derived from the serving version: its parent is that version (what the
+    evidence was gathered on, so a stale candidate can be rebased) and its creator
+    `remediation:<kind>` (how the auto-experiment step finds machine-made candidates)."""
+    row = ctx.store.pipelines.register_config(
+        config,
+        description=description,
+        parent_version_id=ctx.config.version_id,
+        created_by=f"{CANDIDATE_SOURCE}{kind.value}",
+    )
+    return row.version_id
+
+
 P = TypeVar("P", bound=BaseModel)
 
 

@@ -25,7 +25,14 @@ from pydantic import BaseModel, ConfigDict
 
 from ragloop.config.pipeline import RetrievalConfig
 from ragloop.evaluation.stats import bootstrap_ci
-from ragloop.improve.remediation.base import AppliedChange, AuditNote, Effect, Remediation, RemediationContext
+from ragloop.improve.remediation.base import (
+    AppliedChange,
+    AuditNote,
+    Effect,
+    Remediation,
+    RemediationContext,
+    register_candidate,
+)
 from ragloop.improve.types import ActionKind
 from ragloop.retrieval.retriever import Retriever
 from ragloop.store import Store
@@ -226,10 +233,9 @@ class RankingBufferAction(Remediation[RankingPayload]):
                 over["rerank"] = {"weight": fit.rerank_weight}
             cfg = ctx.config.with_overrides(retrieval=over)
             cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+fusion-refit-{p.collection}"})
-            row = ctx.store.pipelines.register_config(
-                cfg, description=f"fusion refit on {fit.queries} ranking failures of {p.collection} (candidate)"
+            candidate = register_candidate(
+                ctx, cfg, self.kind, f"fusion refit on {fit.queries} ranking failures of {p.collection} (candidate)"
             )
-            candidate = row.version_id
         note = AuditNote(
             action_type=REFIT_ACTION,
             evidence={

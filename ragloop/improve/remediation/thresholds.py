@@ -22,7 +22,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragloop.evaluation.stats import paired_bootstrap
-from ragloop.improve.remediation.base import AppliedChange, AuditNote, Effect, Remediation, RemediationContext
+from ragloop.improve.remediation.base import (
+    AppliedChange,
+    AuditNote,
+    Effect,
+    Remediation,
+    RemediationContext,
+    register_candidate,
+)
 from ragloop.improve.types import ActionKind
 from ragloop.store import Store
 
@@ -184,10 +191,9 @@ class ThresholdRecalibrationAction(Remediation[ThresholdPayload]):
             cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+tau-{p.collection}"})
             sources = sorted({s.label_source for s in samples if s.label_source})
             labels = ", ".join(sources) or "labels"
-            row = ctx.store.pipelines.register_config(
-                cfg, description=f"tau_lower refit for {p.collection} on {fit.n} labelled answers ({labels})"
+            candidate = register_candidate(
+                ctx, cfg, self.kind, f"tau_lower refit for {p.collection} on {fit.n} labelled answers ({labels})"
             )
-            candidate = row.version_id
         note = AuditNote(
             action_type="threshold_refit",
             evidence={"domain": p.collection, "fit": fit.to_json(), "candidate_version": candidate},

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 
 from ragloop.store.db import Database
 from ragloop.store.models import Experiment, RegressionRun, utcnow
@@ -41,8 +42,8 @@ class Experiments:
             raise ValueError(f"traffic_split must be in (0, 1), got {traffic_split}")
         if min_duration_s < 0 or min_effect < 0:
             raise ValueError("min_duration_s and min_effect must be >= 0")
-        with self.db.transaction() as s:
-            row = Experiment(
+        try:
+            return self._insert(
                 name=name,
                 control_config=dict(control_config),
                 treatment_config=dict(treatment_config),
@@ -57,6 +58,14 @@ class Experiments:
                 created_by=created_by,
                 started_at=started_at or utcnow(),
             )
+        except IntegrityError as exc:
+            if "uq_experiments_one_running" in str(exc) or "experiments.status" in str(exc):
+                raise StoreConflictError("another experiment is already running") from None
+            raise
+
+    def _insert(self, **values: Any) -> Experiment:
+        with self.db.transaction() as s:
+            row = Experiment(**values)
             s.add(row)
             s.flush()
             return row

@@ -1,0 +1,1 @@
+"""The self-improvement simulation (issue 14); `split` is its fixed traffic / held-out split."""
