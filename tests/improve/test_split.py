@@ -14,8 +14,7 @@ def test_the_side_is_a_function_of_the_group_alone() -> None:
     groups = [f"conversation-{i}" for i in range(50)]
     here = [is_test(g) for g in groups]
     code = (
-        "from ragloop.improve.simulation.split import is_test; "
-        "print([is_test(f'conversation-{i}') for i in range(50)])"
+        "from ragloop.improve.simulation.split import is_test; print([is_test(f'conversation-{i}') for i in range(50)])"
     )
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert str(here) == there.strip()  # another interpreter (another hash seed) agrees
