@@ -41,7 +41,14 @@ from ragloop.evaluation.metrics.answer import token_f1
 from ragloop.evaluation.stats import paired_bootstrap
 from ragloop.experiments.golden import UNANSWERABLE_TAG, working_set
 from ragloop.improve.diagnosis import assess_answer
-from ragloop.improve.remediation.base import AppliedChange, AuditNote, Effect, Remediation, RemediationContext
+from ragloop.improve.remediation.base import (
+    AppliedChange,
+    AuditNote,
+    Effect,
+    Remediation,
+    RemediationContext,
+    register_candidate,
+)
 from ragloop.improve.types import ActionKind, FailureMode, Thresholds
 from ragloop.models.chat import run_sync
 from ragloop.models.scoring import make_scorer
@@ -287,14 +294,13 @@ class PromptCandidateAction(Remediation[PromptPayload]):
         if chosen is not None:
             cfg = ctx.config.with_overrides(agent={"prompt_version": chosen.version})
             cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+prompt-{chosen.version}"})
-            row = ctx.store.pipelines.register_config(
+            candidate = register_candidate(
+                ctx,
                 cfg,
-                description=(
-                    f"prompt {chosen.version} (was {trial.serving}): faithfulness {chosen.gain:+.3f} "
-                    f"[{chosen.lo:+.3f}, {chosen.hi:+.3f}] on {chosen.paired} golden entries (candidate)"
-                ),
+                self.kind,
+                f"prompt {chosen.version} (was {trial.serving}): faithfulness {chosen.gain:+.3f} "
+                f"[{chosen.lo:+.3f}, {chosen.hi:+.3f}] on {chosen.paired} golden entries (candidate)",
             )
-            candidate = row.version_id
         note = AuditNote(
             action_type=TRIAL_ACTION,
             evidence={
