@@ -237,7 +237,7 @@ def ask(agent: Agent, q: Question) -> dict[str, Any]:
     wall_ms = (time.perf_counter() - t0) * 1000
     cpu_ms = (time.process_time() - c0) * 1000
     recs = ans.trace.records
-    grades = [float(c.grade) for c in ans.state.get("retrieved") or [] if c.grade is not None]
+    grades = [float(c.grade) for c in ans.hits if c.grade is not None]
     first_grade = next((r for r in recs if r.node == "grade"), None)
     return {
         "question": q.text,
@@ -251,7 +251,7 @@ def ask(agent: Agent, q: Question) -> dict[str, Any]:
         "steps": len(recs),
         "summary": {k: v for k, v in ans.trace.summary().items() if k not in ("path", "verdicts", "latency_ms")},
         "tokens": sum(r.tokens for r in recs),
-        "model_calls": int(ans.state.get("model_calls") or 0),
+        "model_calls": ans.model_calls,
         "refused": ans.refused,
         "termination_reason": ans.termination_reason,
         "first_verdict": first_grade.decision if first_grade else None,

@@ -7,81 +7,20 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
+from ragloop.agent.answer import Answer, answer_from_state
 from ragloop.agent.graph import build_graph
 from ragloop.agent.memory import ConversationLog, ConversationMemory
 from ragloop.agent.nodes.validate import CITE
 from ragloop.agent.runtime import Runtime
 from ragloop.agent.state import turn_input
-from ragloop.agent.trace import Trace
-from ragloop.agent.types import REFUSAL_REASONS, Citation
 from ragloop.config import PipelineConfig, Settings
 from ragloop.retrieval.collection import Collection
-
-
-@dataclass
-class Answer:
-    question: str
-    answer: str
-    citations: list[Citation]
-    refused: bool
-    termination_reason: str
-    residual_deficiencies: list[str]
-    quality_score: float
-    trace: Trace
-    standalone_question: str = ""
-    verdict: str | None = None
-    thread_id: str | None = None
-    pipeline_version: str = ""
-    latency_ms: float = 0.0
-    state: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def to_json(self, with_trace: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "question": self.question,
-            "standalone_question": self.standalone_question,
-            "answer": self.answer,
-            "citations": [c.model_dump() for c in self.citations],
-            "refused": self.refused,
-            "termination_reason": self.termination_reason,
-            "residual_deficiencies": self.residual_deficiencies,
-            "quality_score": self.quality_score,
-            "verdict": self.verdict,
-            "thread_id": self.thread_id,
-            "pipeline_version": self.pipeline_version,
-            "latency_ms": round(self.latency_ms, 1),
-            "trace_summary": self.trace.summary(),
-        }
-        if with_trace:
-            out["trace"] = self.trace.to_json()
-        return out
-
-
-def _answer_from(state: dict[str, Any], question: str, thread_id: str | None, version: str, t0: float) -> Answer:
-    reason = state.get("termination_reason") or "recursion_limit"
-    trace = Trace(state.get("trace") or [], termination_reason=reason)
-    return Answer(
-        question=question,
-        answer=state.get("final_answer") or "",
-        citations=list(state.get("citations") or []),
-        refused=bool(state.get("refused")) or reason in REFUSAL_REASONS,
-        termination_reason=reason,
-        residual_deficiencies=list(state.get("residual_deficiencies") or []),
-        quality_score=float(state.get("quality_score") or 0.0),
-        trace=trace,
-        standalone_question=state.get("standalone") or question,
-        verdict=state.get("verdict"),
-        thread_id=thread_id,
-        pipeline_version=version,
-        latency_ms=(time.perf_counter() - t0) * 1000,
-        state=state,
-    )
 
 
 class Agent:
@@ -151,7 +90,7 @@ class Agent:
         else:
             async for ev in self._run(self._compiled, inputs, None, state):
                 yield ev
-        ans = _answer_from(state, question, thread_id, self.config.version_id, t0)
+        ans = answer_from_state(state, question, thread_id, self.config.version_id, t0)
         if thread_id:
             await asyncio.to_thread(self._log_turn, thread_id, question, ans)
         yield {"event": "answer", "answer": ans}

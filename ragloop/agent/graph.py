@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from langgraph.graph import END, START, StateGraph
 
+from ragloop.agent.details import RewriteDetail, parse_detail
 from ragloop.agent.nodes.condense import condense
 from ragloop.agent.nodes.critique import critique
 from ragloop.agent.nodes.external import external_search
@@ -54,7 +55,7 @@ def _bind(name: str, fn: NodeFn, rt: Runtime) -> Callable[[AgentState], Awaitabl
         record = TraceRecord(
             node=name,
             decision=res.decision,
-            detail=res.detail,
+            detail=parse_detail(name, res.detail, strict=True),
             latency_ms=round((time.perf_counter() - t0) * 1000, 3),
             tokens=res.tokens,
             cost=res.cost,
@@ -113,10 +114,10 @@ def build_graph(rt: Runtime) -> StateGraph:
     def after_rewrite(state: AgentState) -> str:
         if budget_exceeded(state, rt):
             return _end_early(state, rt)
-        last = state["trace"][-1].detail if state.get("trace") else {}
-        if last.get("duplicate"):
+        last = state["trace"][-1].detail if state.get("trace") else None
+        if isinstance(last, RewriteDetail) and last.duplicate:
             return no_context(state)
-        return "external_search" if last.get("purpose") == "external" else "retrieve"
+        return "external_search" if isinstance(last, RewriteDetail) and last.purpose == "external" else "retrieve"
 
     def after_refine(state: AgentState) -> str:
         if budget_exceeded(state, rt):

@@ -35,6 +35,7 @@ from sqlalchemy import (
     text,
 )
 
+from ragloop.agent.details import DETAILS, OtherDetail
 from ragloop.agent.types import (
     Citation,
     CycleRecord,
@@ -50,7 +51,17 @@ from ragloop.sqlite import BUSY_TIMEOUT_S, apply_pragmas_async, is_memory, sqlit
 # now, blocked in strict mode and in future versions), so they are named explicitly
 CHECKPOINT_TYPES = tuple(
     (t.__module__, t.__name__)
-    for t in (Citation, CycleRecord, Deficiency, DeficiencyType, KeptStrip, RetrievedChunk, TraceRecord)
+    for t in (
+        Citation,
+        CycleRecord,
+        Deficiency,
+        DeficiencyType,
+        KeptStrip,
+        RetrievedChunk,
+        TraceRecord,
+        OtherDetail,
+        *DETAILS.values(),
+    )
 )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragloop.agent.details import NodeDetail
 from ragloop.agent.search import SearchProvider, make_search_provider
 from ragloop.config import PipelineConfig, Settings
 from ragloop.models.chat import ChatModel, ChatRequest, ChatResponse, make_chat_model
@@ -27,7 +28,8 @@ from ragloop.retrieval.types import Hit
 class NodeResult:
     update: dict[str, Any]
     decision: str
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: NodeDetail | dict[str, Any] = field(default_factory=dict)
+    """The node's typed detail (`ragloop.agent.details`); a dict is checked key by key against it."""
     tokens: int = 0
     model_calls: int = 0
     cost: float = 0.0

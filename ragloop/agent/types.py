@@ -7,7 +7,9 @@ import time
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ragloop.agent.details import AnyDetail, parse_detail
 
 Verdict = Literal["CORRECT", "AMBIGUOUS", "INCORRECT"]
 TerminationReason = Literal[
@@ -39,7 +41,10 @@ class RetrievedChunk(_Model):
     source: Literal["internal", "external"] = "internal"
     query: str = ""
     retrieval_score: float = 0.0
+    rank: int = 0
+    """Rank in its retrieval (1-based; 0 when not ranked: external results, older checkpoints)."""
     stage_scores: dict[str, float] = Field(default_factory=dict)
+    stage_ranks: dict[str, int] = Field(default_factory=dict)
     grade: float | None = None
     grade_evidence: str = ""
 
@@ -103,11 +108,29 @@ class CycleRecord(_Model):
 
 
 class TraceRecord(_Model):
+    """One node's step. `detail` is the typed model of `node` (`ragloop.agent.details.DETAILS`):
+    consumers narrow it with isinstance and read attributes, never string keys."""
+
     node: str
     decision: str
-    detail: dict[str, Any] = Field(default_factory=dict)
+    detail: AnyDetail
     latency_ms: float = 0.0
     tokens: int = 0
     cost: float = 0.0
     cached: bool = False
     at: float = Field(default_factory=time.time)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_detail(cls, data: Any) -> Any:
+        """Stored and checkpointed records carry a plain dict: it becomes its node's model here."""
+        if isinstance(data, dict):
+            node = str(data.get("node") or "")
+            decision = str(data.get("decision") or "")
+            return {
+                **data,
+                "node": node,
+                "decision": decision,
+                "detail": parse_detail(node, data.get("detail"), strict=False),
+            }
+        return data

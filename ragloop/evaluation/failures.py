@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ragloop.agent.details import GradeDetail, RetrieveDetail, RewriteDetail
 from ragloop.evaluation.metrics.agent import ItemView
 from ragloop.evaluation.metrics.item import outcome_metrics
 
@@ -91,20 +92,18 @@ def pick_failures(
 def render_trace(rec: Mapping[str, Any], max_lines: int = 24) -> str:
     v = ItemView(rec)
     lines = []
-    for r in rec.get("trace") or []:
-        node = r.get("node")
-        d = r.get("detail") or {}
+    for r in v.trace.records:
+        d = r.detail
         extra = ""
-        if node == "retrieve":
-            ids = d.get("chunk_ids") or []
-            marks = ["*" if v.is_gold(c) else "" for c in ids]
-            extra = f" queries={d.get('queries')} chunks={[c + m for c, m in zip(ids, marks, strict=True)]}"
-        elif node == "grade":
-            top = sorted((d.get("scores") or {}).items(), key=lambda kv: -kv[1])[:3]
+        if isinstance(d, RetrieveDetail):
+            marks = ["*" if v.is_gold(c) else "" for c in d.chunk_ids]
+            extra = f" queries={d.queries} chunks={[c + m for c, m in zip(d.chunk_ids, marks, strict=True)]}"
+        elif isinstance(d, GradeDetail):
+            top = sorted(d.scores.items(), key=lambda kv: -kv[1])[:3]
             extra = " scores=" + ", ".join(f"{c}{'*' if v.is_gold(c) else ''}:{s:.2f}" for c, s in top)
-        elif node == "rewrite":
-            extra = f" query={d.get('query')!r}"
-        lines.append(f"{node}: {r.get('decision')}{extra} ({float(r.get('latency_ms') or 0):.0f} ms)")
+        elif isinstance(d, RewriteDetail):
+            extra = f" query={d.query!r}"
+        lines.append(f"{r.node}: {r.decision}{extra} ({r.latency_ms:.0f} ms)")
     if len(lines) > max_lines:
         lines = [*lines[: max_lines - 1], f"... {len(lines) - max_lines + 1} more steps"]
     return "\n".join(lines)

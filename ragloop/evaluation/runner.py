@@ -34,10 +34,15 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragloop.config import PipelineConfig, Settings
+from ragloop.evaluation.records import agent_record
+from ragloop.evaluation.records import passage as _passage
 from ragloop.evaluation.suites import EvalItem, Suite
+
+if TYPE_CHECKING:
+    from ragloop.agent.answer import Answer
 
 RECORD_VERSION = 1
 DEFAULT_JUDGE = "lexical"
@@ -99,12 +104,6 @@ class WorkerSpec:
     seed: int = 0
     threads: int | None = None
     suite: str = ""
-
-
-def _passage(doc_id: str, prefix: str) -> str:
-    if prefix and doc_id.startswith(prefix):
-        return doc_id[len(prefix) :]
-    return doc_id
 
 
 def judge_question(item: EvalItem) -> str:
@@ -228,70 +227,13 @@ class ItemRunner:
                             "answer": a.answer[:300],
                         }
                     )
-            ans = await agent.aanswer(item.question, thread)
+            ans: Answer = await agent.aanswer(item.question, thread)
         finally:
             if thread:
                 await agent.forget(thread)
-        state = ans.state
-        prefix = self.spec.doc_prefix
-        chunk_text: dict[str, str] = {}
-        chunks: dict[str, dict[str, Any]] = {}
-        for c in state.get("retrieved") or []:
-            chunk_text[c.chunk_id] = c.text
-            chunks[c.chunk_id] = {
-                "doc_id": c.doc_id,
-                "passage": _passage(c.doc_id, prefix),
-                "grade": None if c.grade is None else round(float(c.grade), 4),
-                "score": round(float(c.retrieval_score), 4),
-                "source": c.source,
-                "excerpt": c.text[:240],
-            }
-        kept = [
-            {"chunk_id": s.chunk_id, "text": s.text, "score": round(float(s.score), 4)} for s in state.get("kept") or []
-        ]
-        cfg = self.config
-        rec: dict[str, Any] = {
-            "mode": "agent",
-            "standalone": ans.standalone_question,
-            "answer": ans.answer,
-            "refused": ans.refused,
-            "termination_reason": ans.termination_reason,
-            "verdict": ans.verdict,
-            "quality_score": ans.quality_score,
-            "residual_deficiencies": ans.residual_deficiencies,
-            "citations": [
-                {"n": c.n, "chunk_id": c.chunk_id, "passage": _passage(c.doc_id, prefix), "score": round(c.score, 4)}
-                for c in ans.citations
-            ],
-            "chunks": chunks,
-            "kept": kept,
-            "deficiencies": [
-                {
-                    "id": d.id,
-                    "type": str(d.type),
-                    "status": d.status,
-                    "severity": d.severity,
-                    "description": d.description[:300],
-                    "attempts": d.attempts,
-                }
-                for d in state.get("deficiencies") or []
-            ],
-            "cycles": [
-                {"cycle": h.cycle, "found": h.found, "resolved": h.resolved, "score": h.score}
-                for h in state.get("history") or []
-            ],
-            "trace": ans.trace.to_json(),
-            "latency_ms": round(ans.latency_ms, 3),
-            "history_turns": history,
-            "history_latency_ms": round(history_ms, 3),
-            "budgets": {
-                "tau_lower": cfg.agent.tau_lower,
-                "tau_upper": cfg.agent.tau_upper,
-                "max_rewrites": cfg.agent.budgets.max_rewrites,
-                "rewrite": cfg.agent.rewrite,
-                "k": cfg.retrieval.k,
-            },
-        }
+        rec = agent_record(ans, self.spec.doc_prefix, self.config)
+        rec |= {"history_turns": history, "history_latency_ms": round(history_ms, 3)}
+        chunk_text = {c.chunk_id: c.text for c in ans.hits}
         if self.judge is not None:
             rec |= await self._judge(item, rec, chunk_text)
         return rec

@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 def agent_answerer(agent: Agent) -> Answerer:
     def answer(question: str) -> Answered:
         ans = agent.answer(question)
-        retrieved = (ans.state or {}).get("retrieved") or []
-        docs = [c.doc_id for c in ans.citations] + [getattr(c, "doc_id", "") for c in retrieved]
+        docs = [c.doc_id for c in ans.citations] + [c.doc_id for c in ans.hits]
         return Answered(ans.answer, [d for d in dict.fromkeys(docs) if d], bool(ans.refused))
 
     return answer

@@ -30,9 +30,9 @@ import logging
 import time
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
 
 from ragloop.improve.judge import Judge, JudgeInput
+from ragloop.improve.payload import EvaluationPayload
 from ragloop.improve.review_intake import ReviewIntake
 from ragloop.improve.routing import RoutingConfig, RoutingReason, disagreement, route_tier1
 from ragloop.improve.tier1 import PRIOR, HeuristicModel, Tier1Input, compute_features
@@ -130,13 +130,13 @@ class OnlineEvaluator:
     # ------------------------------------------------------------------ tier 1
 
     async def _tier1(self, job: Job, worker_id: str) -> Outcome:
-        p = job.payload
+        p = EvaluationPayload.load(job.payload)
         item = Tier1Input(
-            question=str(p.get("question", "")),
-            answer=str(p.get("answer", "")),
-            contexts=_contexts(p),
-            retrieval_scores=[float(x) for x in p.get("retrieval_scores", [])],
-            refused=bool(p.get("refused", False)),
+            question=p.question,
+            answer=p.answer or "",
+            contexts=p.contexts(),
+            retrieval_scores=list(p.retrieval_scores),
+            refused=p.refused,
         )
         feats = await compute_features(item, self.support_scorer)
         score = self.model.score(feats.values)
@@ -163,8 +163,10 @@ class OnlineEvaluator:
                     evaluator_model=self.evaluator_name(Tier.HEURISTIC),
                 )
                 if route.tier2_reasons:
-                    payload = {**p, "reasons": route.tier2_reasons, "reference": golden, "heuristic_score": score}
-                    self.store.queue.enqueue(job.answer_id, Tier.LLM_JUDGE, payload)
+                    judged = p.model_copy(
+                        update={"reasons": list(route.tier2_reasons), "reference": golden, "heuristic_score": score}
+                    )
+                    self.store.queue.enqueue(job.answer_id, Tier.LLM_JUDGE, judged.stored())
                 if route.human:
                     self.store.queue.enqueue(job.answer_id, Tier.HUMAN, {"reasons": [RoutingReason.RANDOM_SAMPLE]})
                 self.store.queue.complete(job.job_id, worker_id, token)
@@ -185,15 +187,15 @@ class OnlineEvaluator:
         if self.judge is None:  # not claimed without a judge; defensive
             raise RuntimeError("no judge configured in this worker")
         judge = self.judge
-        p = job.payload
-        if "answer" not in p:  # queued by feedback before tier 1 stored its payload
-            p = await asyncio.to_thread(self._payload_for, job.answer_id)
+        p = EvaluationPayload.load(job.payload)
+        if not p.carries_answer:  # queued by feedback before tier 1 stored its payload
+            p = (await asyncio.to_thread(self._payload_for, job.answer_id)).model_copy(update={"reasons": p.reasons})
         item = JudgeInput(
-            question=str(p.get("question", "")),
-            answer=str(p.get("answer", "")),
-            contexts=_contexts(p),
-            refused=bool(p.get("refused", False)),
-            reference=p.get("reference") or None,
+            question=p.question,
+            answer=p.answer or "",
+            contexts=p.contexts(),
+            refused=p.refused,
+            reference=p.reference or None,
         )
         result = await judge.evaluate(item)
         overall = result.overall
@@ -211,7 +213,7 @@ class OnlineEvaluator:
                     overall=overall,
                     heuristic_score=h,
                     disagreement=gap,
-                    reasons=p.get("reasons", []),
+                    reasons=list(p.reasons),
                     review_candidate=candidate,
                 )
                 self.store.evaluations.add(
@@ -226,10 +228,10 @@ class OnlineEvaluator:
         await asyncio.to_thread(commit)
         return Outcome.COMPLETED
 
-    def _payload_for(self, answer_id: str) -> dict[str, Any]:
+    def _payload_for(self, answer_id: str) -> EvaluationPayload:
         for j in self.store.queue.for_answer(answer_id):
-            if j.tier == Tier.HEURISTIC and "answer" in j.payload:
-                return dict(j.payload)
+            if j.tier == Tier.HEURISTIC and (p := EvaluationPayload.load(j.payload)).carries_answer:
+                return p
         raise NotFoundError(f"answer {answer_id} has no stored evaluation payload")
 
     # ------------------------------------------------------------------ dead letters
@@ -257,10 +259,3 @@ class OnlineEvaluator:
         if written:
             log.warning("recorded %d failed evaluations for dead-lettered jobs", written)
         return written
-
-
-def _contexts(payload: dict[str, Any]) -> list[str]:
-    sources = payload.get("sources") or []
-    if sources:
-        return [str(s.get("text", "")) for s in sources if isinstance(s, dict)]
-    return [str(r.get("text", "")) for r in payload.get("retrieved") or [] if isinstance(r, dict)]

@@ -25,9 +25,11 @@ from enum import StrEnum
 from typing import Any
 
 from ragloop.config import PipelineConfig, Settings
+from ragloop.improve.payload import EvaluationPayload, PayloadHit, StoredTrace
 from ragloop.improve.types import RankedChunk
 from ragloop.retrieval.collection import Collection, CollectionError, list_collections
 from ragloop.store import Store, UserFeedback, question_hash
+from ragloop.store.vocabulary import Tier
 
 MAX_CONTEXT_CHARS = 2000
 
@@ -75,20 +77,13 @@ class ServedAnswer:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _payload(store: Store, answer_id: str) -> dict[str, Any]:
+def _payload(store: Store, answer_id: str) -> EvaluationPayload:
     for job in store.queue.for_answer(answer_id):
-        if job.tier == "heuristic" and "answer" in job.payload:
-            return dict(job.payload)
-    return {}
-
-
-def _first_query(trace: dict[str, Any]) -> str | None:
-    for rec in trace.get("records") or []:
-        if isinstance(rec, dict) and rec.get("node") == "retrieve":
-            queries = (rec.get("detail") or {}).get("queries") or []
-            if queries and isinstance(queries[0], str) and queries[0].strip():
-                return queries[0]
-    return None
+        if job.tier == Tier.HEURISTIC:
+            p = EvaluationPayload.load(job.payload)
+            if p.carries_answer:
+                return p
+    return EvaluationPayload()
 
 
 def _judge_answer(store: Store, answer_id: str) -> str | None:
@@ -99,9 +94,9 @@ def _judge_answer(store: Store, answer_id: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _reference(store: Store, question: str, payload: dict[str, Any]) -> str | None:
-    ref = payload.get("reference")
-    if isinstance(ref, str) and ref.strip():
+def _reference(store: Store, question: str, payload: EvaluationPayload) -> str | None:
+    ref = payload.reference
+    if ref and ref.strip():
         return ref
     h = question_hash(question)
     return next((e.expected_answer for e in store.golden.current_golden_set() if question_hash(e.question) == h), None)
@@ -115,30 +110,28 @@ def load_served(store: Store, answer_id: str) -> ServedAnswer | None:
         return None
     p = _payload(store, answer_id)
     feedback = store.feedback.for_answer(answer_id)
-    retrieved = [r for r in p.get("retrieved") or [] if isinstance(r, dict) and r.get("chunk_id")]
+    retrieved = [r for r in p.retrieved if r.chunk_id]
     if not retrieved:
-        retrieved = [{"chunk_id": c, "doc_id": "", "score": 0.0} for c in query.retrieved_chunk_ids or []]
+        retrieved = [PayloadHit(chunk_id=c) for c in query.retrieved_chunk_ids or []]
+    # served order is the rank the generator saw (a hit's own rank is within its query's retrieval)
     served = tuple(
-        RankedChunk(
-            chunk_id=str(r["chunk_id"]), doc_id=str(r.get("doc_id", "")), rank=i, score=float(r.get("score", 0.0))
-        )
-        for i, r in enumerate(retrieved, start=1)
+        RankedChunk(chunk_id=r.chunk_id, doc_id=r.doc_id, rank=i, score=r.score) for i, r in enumerate(retrieved, 1)
     )
-    sources = [s for s in p.get("sources") or [] if isinstance(s, dict)]
-    contexts = tuple(str(s.get("text", ""))[:MAX_CONTEXT_CHARS] for s in (sources or retrieved) if s.get("text"))
-    question = str(p.get("question") or query.question_text)
-    standalone = str(p.get("standalone_question") or "") or question
+    texts = [s.text for s in p.sources] if p.sources else [r.text for r in retrieved]
+    contexts = tuple(t[:MAX_CONTEXT_CHARS] for t in texts if t)
+    question = p.question or query.question_text
+    standalone = p.standalone_question or question
     return ServedAnswer(
         answer_id=answer_id,
         question=question,
         standalone=standalone,
-        query=_first_query(answer.trace or {}) or standalone,
-        answer=str(p.get("answer", answer.answer_text)),
-        refused=bool(p.get("refused", answer.refused)),
+        query=StoredTrace.load(answer.trace).first_query() or standalone,
+        answer=p.answer if p.answer is not None else answer.answer_text,
+        refused=p.refused if p.carries_answer else answer.refused,
         contexts=contexts,
         served=served,
         pipeline_version=answer.pipeline_version,
-        collection_hint=p.get("collection") if isinstance(p.get("collection"), str) else None,
+        collection_hint=p.collection,
         user_reported=any(f.rating == "negative" or f.corrected_answer for f in feedback),
         ideal=choose_ideal(feedback, _reference(store, question, p), _judge_answer(store, answer_id)),
     )

@@ -124,7 +124,7 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
             attempts.append(fallback)
     assert final is not None
     svc.agents.mark_good(served)
-    final.pipeline_version = served.version_id
+    final = final.with_version(served.version_id)
     latency_ms = round((time.perf_counter() - t0) * 1000)
     rec = AnswerRecord(
         answer_id=new_id(),

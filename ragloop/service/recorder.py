@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
+from ragloop.improve.payload import EvaluationPayload, StoredTrace
 from ragloop.models.chat import estimate_tokens
 from ragloop.service.metrics import ServiceMetrics
 from ragloop.store import Store
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ragloop.service")
 
-MAX_CONTEXT_CHARS = 2000
-MAX_RETRIEVED = 10
 DEFAULT_TIMEOUT_S = 10.0
 RETRY_DELAYS_S = (0.05, 0.2, 0.5, 1.0)
 """Backoff between attempts (the last repeats), always cut to what is left of the budget."""
@@ -121,42 +120,9 @@ def _retrieved(fut: asyncio.Future[None]) -> None:
         fut.exception()
 
 
-def evaluation_payload(rec: AnswerRecord) -> dict[str, Any]:
+def evaluation_payload(rec: AnswerRecord) -> EvaluationPayload:
     """What the evaluation tiers need, copied into the job so a worker never needs the index."""
-    ans = rec.answer
-    state = ans.state or {}
-    retrieved = sorted(
-        (c for c in state.get("retrieved") or [] if getattr(c, "source", "internal") == "internal"),
-        key=lambda c: -float(c.retrieval_score),
-    )
-    texts: dict[str, list[str]] = {}
-    order: list[str] = []
-    for s in state.get("kept") or []:
-        if s.chunk_id not in texts:
-            texts[s.chunk_id] = []
-            order.append(s.chunk_id)
-        texts[s.chunk_id].append(s.text)
-    sources = [{"chunk_id": cid, "text": " ".join(texts[cid])[:MAX_CONTEXT_CHARS]} for cid in order]
-    return {
-        "question": rec.question,
-        "standalone_question": ans.standalone_question,
-        "answer": ans.answer,
-        "refused": ans.refused,
-        "termination_reason": ans.termination_reason,
-        "citations": [{"n": c.n, "chunk_id": c.chunk_id, "doc_id": c.doc_id} for c in ans.citations],
-        "sources": sources,
-        "retrieved": [
-            {
-                "chunk_id": c.chunk_id,
-                "doc_id": c.doc_id,
-                "score": round(float(c.retrieval_score), 6),
-                "text": c.text[:MAX_CONTEXT_CHARS],
-            }
-            for c in retrieved[:MAX_RETRIEVED]
-        ],
-        "retrieval_scores": [round(float(c.retrieval_score), 6) for c in retrieved[:MAX_RETRIEVED]],
-        "pipeline_version": ans.pipeline_version,
-    }
+    return EvaluationPayload.from_answer(rec.question, rec.answer)
 
 
 def transient(exc: BaseException) -> bool:
@@ -231,7 +197,7 @@ class AnswerRecorder:
             log.error("the commit of an answer was under way at the deadline and did not finish: %s", describe(exc))
             return False
 
-    def _write(self, rec: AnswerRecord, payload: dict[str, Any], gate: _Gate, budget_s: float) -> None:
+    def _write(self, rec: AnswerRecord, payload: EvaluationPayload, gate: _Gate, budget_s: float) -> None:
         ans = rec.answer
         started = time.monotonic()
         with self.store.db.transaction() as session:
@@ -252,15 +218,15 @@ class AnswerRecorder:
                 refused=ans.refused,
                 termination_reason=ans.termination_reason,
                 residual_deficiencies=list(ans.residual_deficiencies),
-                trace={"records": ans.trace.to_json(), "summary": ans.trace.summary(), "degraded": rec.degraded},
+                trace=StoredTrace.of(ans, rec.degraded).stored(),
                 latency_ms=rec.latency_ms,
                 token_count=estimate_tokens(ans.answer),
-                retrieved_chunk_ids=[r["chunk_id"] for r in payload["retrieved"]],
-                retrieval_scores=payload["retrieval_scores"],
+                retrieved_chunk_ids=[r.chunk_id for r in payload.retrieved],
+                retrieval_scores=list(payload.retrieval_scores),
                 experiment_id=rec.experiment_id,
                 variant=rec.variant,
             )
-            self.store.queue.enqueue(rec.answer_id, Tier.HEURISTIC, payload)
+            self.store.queue.enqueue(rec.answer_id, Tier.HEURISTIC, payload.stored())
             if not gate.begin_commit():
                 log.warning(
                     "answer %s: the write got through after %.1f s, past its deadline: rolled back, the client got 503",

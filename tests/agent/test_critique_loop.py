@@ -46,11 +46,11 @@ def ident(section: str, kind: str = "missing_aspect") -> str:
 
 
 def by_id(ans: Any) -> dict[str, Deficiency]:
-    return {d.id: d for d in ans.state["deficiencies"]}
+    return {d.id: d for d in ans.deficiencies}
 
 
 def targeted_queries(ans: Any) -> list[list[str]]:
-    return [r.detail["queries"] for r in records(ans, "retrieve") if r.detail["targeted"]]
+    return [r.detail.queries for r in records(ans, "retrieve") if r.detail.targeted]
 
 
 # --- stable ids and attempts ---------------------------------------------------------------------
@@ -62,7 +62,7 @@ def test_a_recurring_offline_deficiency_keeps_its_id_and_counts_attempts(coll: C
     ans = ask(agent, "When did Krellmark paint the Zorblat Bridge?")  # the corpus never names Krellmark
 
     did = ident("Krellmark")
-    history: list[CycleRecord] = ans.state["history"]
+    history: list[CycleRecord] = ans.cycles
     assert len(history) == config.agent.budgets.max_cycles
     assert all(did in h.found for h in history)  # the same problem keeps the same id every cycle
     d = by_id(ans)[did]
@@ -87,7 +87,7 @@ def test_unresolvable_deficiency_is_disclosed_while_the_loop_continues_on_others
     da, db = by_id(ans)[ident("opening ceremony")], by_id(ans)[ident("toll charges")]
     assert da.status == "unresolvable" and da.attempts == m
     assert db.status == "addressed"
-    history = ans.state["history"]
+    history = ans.cycles
     assert [h.cycle for h in history] == [1, 2, 3, 4]
     # cycle 3: A has had its M targeted retrievals; the loop goes on with B alone
     queries = targeted_queries(ans)
@@ -110,8 +110,8 @@ def test_an_unresolvable_deficiency_that_is_no_longer_found_is_not_disclosed(col
     config = cfg(budgets={"max_cycles": 8, "plateau_cycles": 8, "max_attempts_per_deficiency": 2})
     agent = build_agent(coll, config, chat=chat, grade=keyword_scorer("Zorblat"))
     ans = ask(agent, Q)
-    assert [h.cycle for h in ans.state["history"]] == [1, 2, 3, 4]
-    assert sorted(ans.state["history"][-1].resolved) == sorted([ident("opening ceremony"), ident("toll charges")])
+    assert [h.cycle for h in ans.cycles] == [1, 2, 3, 4]
+    assert sorted(ans.cycles[-1].resolved) == sorted([ident("opening ceremony"), ident("toll charges")])
     assert by_id(ans)[ident("opening ceremony")].status == "addressed"
     assert ans.residual_deficiencies == [] and a["description"] not in ans.answer
 
@@ -124,7 +124,7 @@ def test_converged_when_the_critic_finds_nothing(coll: Collection) -> None:
     agent = build_agent(coll, chat=chat, grade=keyword_scorer("Zorblat"))
     ans = ask(agent, Q)
     assert ans.termination_reason == "converged"
-    assert ans.state["cycle"] == 1 and len(chat.prompts["critique"]) == 1
+    assert ans.graph_state["cycle"] == 1 and len(chat.prompts["critique"]) == 1
     assert ans.residual_deficiencies == [] and "Note:" not in ans.answer
 
 
@@ -135,13 +135,13 @@ def test_converged_after_the_targeted_retrieval_fixes_the_answer(coll: Collectio
     config = cfg(budgets={"max_cycles": 4}).with_overrides(retrieval={"k": 1})
     agent = build_agent(coll, config)
     ans = ask(agent, "What did Marta Quill design in Ostria besides the Zorblat Bridge?")
-    history = ans.state["history"]
+    history = ans.cycles
     first = by_id(ans)[history[0].found[0]]
     asked = {"Ostria", "Zorblat Bridge", "Marta Quill"}  # which one the first answer misses depends on the scorer
     assert len(history[0].found) == 1 and first.affected_section in asked
-    targeted = [r for r in records(ans, "retrieve") if r.detail["targeted"]]
-    assert targeted[0].detail["queries"] == [first.correction_query]
-    new_chunks = set(targeted[0].detail["chunk_ids"]) - set(records(ans, "retrieve")[0].detail["chunk_ids"])
+    targeted = [r for r in records(ans, "retrieve") if r.detail.targeted]
+    assert targeted[0].detail.queries == [first.correction_query]
+    new_chunks = set(targeted[0].detail.chunk_ids) - set(records(ans, "retrieve")[0].detail.chunk_ids)
     assert new_chunks
     assert history[1].resolved == [first.id] and first.status == "addressed"
     assert ans.termination_reason == "converged" and len(history) == 2
@@ -156,7 +156,7 @@ def test_plateau_when_the_score_stops_improving(coll: Collection) -> None:
     agent = build_agent(coll, config, chat=chat, grade=keyword_scorer("Zorblat"))
     ans = ask(agent, Q)
     assert ans.termination_reason == "plateau"
-    history = ans.state["history"]
+    history = ans.cycles
     assert len(history) == p + 1  # the first cycle sets the score, then p cycles without improvement
     assert len({h.score for h in history}) == 1
     assert ans.residual_deficiencies == ["Not fully resolved: the answer lacks opening ceremony"]
@@ -170,7 +170,7 @@ def test_max_cycles_while_the_score_keeps_improving(coll: Collection) -> None:
     config = cfg(budgets={"max_cycles": n, "plateau_cycles": 1, "max_attempts_per_deficiency": 5})
     agent = build_agent(coll, config, chat=chat, grade=keyword_scorer("Zorblat"))
     ans = ask(agent, Q)
-    history = ans.state["history"]
+    history = ans.cycles
     assert ans.termination_reason == "max_cycles" and len(history) == n
     scores = [h.score for h in history]
     assert scores == sorted(scores) and len(set(scores)) == n
@@ -200,7 +200,7 @@ def test_evaluation_history_is_append_only_with_one_record_per_cycle(coll: Colle
     assert [h.cycle for h in final["history"]] == [1, 2, 3, 4]
     for h, r, found in zip(final["history"], crit, [[a], [a, b], [b], []], strict=True):
         assert h.found == sorted(ident(d["affected_section"]) for d in found)
-        assert h.score == r.detail["score"]
+        assert h.score == r.detail.score
     assert final["termination_reason"] == "converged"
 
 
@@ -213,8 +213,8 @@ def test_llm_critique_returns_structured_deficiencies_that_drive_retrieval(coll:
     agent = build_agent(coll, chat=chat, grade=keyword_scorer("Zorblat"))
     ans = ask(agent, Q)
     crit = records(ans, "critique")
-    assert crit[0].detail["how"] == "llm" and crit[0].tokens > 0
-    assert crit[0].detail["found"] == [(d["type"], d["affected_section"], d["severity"])]
+    assert crit[0].detail.how == "llm" and crit[0].tokens > 0
+    assert crit[0].detail.found == [(d["type"], d["affected_section"], d["severity"])]
     made = by_id(ans)[ident("number of arches", "insufficient_specificity")]
     assert made.description == d["description"] and made.correction_query == d["suggested_correction_query"]
     assert made.cycle_found == 1 and made.status == "addressed" and made.attempts == 1
@@ -234,7 +234,7 @@ def test_llm_critique_failure_falls_back_to_the_offline_critique(coll: Collectio
     agent = build_agent(coll, config, chat=chat, grade=keyword_scorer("Zorblat", lo=0.2))
     ans = ask(agent, "When did Krellmark paint the Zorblat Bridge?")
     crit = records(ans, "critique")
-    assert crit[0].detail["how"] == "offline (llm failed: ModelTimeoutError)"
+    assert crit[0].detail.how == "offline (llm failed: ModelTimeoutError)"
     assert ident("Krellmark") in by_id(ans)  # found by the offline reading
     assert ans.termination_reason == "max_cycles" and not ans.refused
     assert len(chat.prompts["critique"]) == 1

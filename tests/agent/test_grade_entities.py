@@ -14,8 +14,8 @@ def test_an_ambiguous_question_about_a_name_the_collection_never_mentions_is_ref
     ans = ask(agent, "Who painted the Golden Gate Bridge?")
     grades = records(ans, "grade")
     assert grades and all(r.decision == "INCORRECT" for r in grades)
-    assert grades[0].detail["ungrounded_entities"] == ["Golden Gate Bridge"]
-    assert "no retrieved passage mentions 'Golden Gate Bridge'" in grades[0].detail["reason"]
+    assert grades[0].detail.ungrounded_entities == ["Golden Gate Bridge"]
+    assert "no retrieved passage mentions 'Golden Gate Bridge'" in grades[0].detail.reason
     assert ans.refused and not ans.citations
 
 
@@ -23,17 +23,17 @@ def test_a_name_the_collection_mentions_passes_the_gate(coll: Collection) -> Non
     agent = build_agent(coll, cfg(entity_grounding=True), grade=keyword_scorer("Zorblat", hi=0.9))
     ans = ask(agent, "When was the Zorblat Bridge completed?")
     first = records(ans, "grade")[0]
-    assert first.decision == "CORRECT" and first.detail["ungrounded_entities"] == []
+    assert first.decision == "CORRECT" and first.detail.ungrounded_entities == []
     assert not ans.refused and "1887" in ans.answer
 
 
 def test_a_correct_verdict_stands_and_the_gate_can_be_switched_off(coll: Collection) -> None:
     high = build_agent(coll, cfg(entity_grounding=True), grade=keyword_scorer("Bridge", hi=0.9))
     first = records(ask(high, "Who painted the Golden Gate Bridge?"), "grade")[0]
-    assert first.decision == "CORRECT" and first.detail["ungrounded_entities"] == []
+    assert first.decision == "CORRECT" and first.detail.ungrounded_entities == []
     off = build_agent(coll, cfg(entity_grounding=False), grade=keyword_scorer("Bridge", hi=0.5))
     first = records(ask(off, "Who painted the Golden Gate Bridge?"), "grade")[0]
-    assert first.decision == "AMBIGUOUS" and first.detail["ungrounded_entities"] == []
+    assert first.decision == "AMBIGUOUS" and first.detail.ungrounded_entities == []
 
 
 def test_only_the_names_of_the_current_turn_must_be_grounded(coll: Collection) -> None:
@@ -44,8 +44,8 @@ def test_only_the_names_of_the_current_turn_must_be_grounded(coll: Collection) -
     ans = ask(agent, "What about the Zorblat Bridge?", thread_id="t-gate")
     assert "Golden Gate Bridge" in ans.standalone_question
     first = records(ans, "grade")[0]
-    assert first.decision == "AMBIGUOUS" and first.detail["ungrounded_entities"] == []
+    assert first.decision == "AMBIGUOUS" and first.detail.ungrounded_entities == []
     assert not ans.refused
     # a name the user writes in this turn is still checked
     named = ask(agent, "What about the Golden Gate Bridge?", thread_id="t-gate")
-    assert records(named, "grade")[0].detail["ungrounded_entities"] == ["Golden Gate Bridge"]
+    assert records(named, "grade")[0].detail.ungrounded_entities == ["Golden Gate Bridge"]

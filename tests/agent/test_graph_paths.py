@@ -46,7 +46,7 @@ class FailingProvider(ListProvider):
 
 
 def searched_queries(ans: Any) -> list[str]:
-    return [q for r in records(ans, "retrieve") for q in r.detail["queries"]]
+    return [q for r in records(ans, "retrieve") for q in r.detail.queries]
 
 
 # --- CORRECT ---------------------------------------------------------------------------------------
@@ -112,13 +112,13 @@ def test_ambiguous_with_external_provider_adds_graded_external_results(coll: Col
     assert nodes[:6] == ["condense", "retrieve", "grade", "external_search", "grade", "refine"]
     assert [r.decision for r in records(ans, "grade")] == ["AMBIGUOUS", "CORRECT"]
     ext = records(ans, "external_search")[0]
-    assert provider.queries == [ext.detail["query"]]
-    assert ext.detail["urls"] == [url]
+    assert provider.queries == [ext.detail.query]
+    assert ext.detail.urls == [url]
     # the external result is data like any chunk: graded, refined, cited by its URL
     assert not ans.refused
     assert url in {c.doc_id for c in ans.citations}
     assert "1999" in ans.answer
-    graded_ext = [c for c in ans.state["retrieved"] if c.source == "external"]
+    graded_ext = [c for c in ans.hits if c.source == "external"]
     assert [c.doc_id for c in graded_ext] == [url] and graded_ext[0].grade == 0.9
 
 
@@ -133,7 +133,7 @@ def test_ambiguous_with_collection_provider_searches_the_second_collection(coll:
     ext = records(ans, "external_search")[0]
     web_docs = set(chunk_docs(web).values())
     assert ext.decision.endswith("from collection:web")
-    assert set(ext.detail["chunk_ids"]) <= set(chunk_docs(web))
+    assert set(ext.detail.chunk_ids) <= set(chunk_docs(web))
     assert not ans.refused
     assert {c.doc_id for c in ans.citations} == {"news/paint.md"} <= web_docs
     assert "1999" in ans.answer
@@ -149,13 +149,13 @@ def test_incorrect_rewrites_within_budget_then_refuses_naming_what_was_searched(
 
     rewrites = records(ans, "rewrite")
     assert len(rewrites) == config.agent.budgets.max_rewrites
-    assert all(r.detail["purpose"] == "internal" for r in rewrites)
+    assert all(r.detail.purpose == "internal" for r in rewrites)
     assert ans.refused and ans.termination_reason == "no_grounded_context"
     assert ans.citations == [] and ans.trace.nodes()[-1] == "refuse"
     assert all(r.decision == "INCORRECT" for r in records(ans, "grade"))
     # every query that went to the knowledge base is named in the refusal
     searched = searched_queries(ans)
-    assert len(searched) == 1 + sum(not r.detail["duplicate"] for r in rewrites)
+    assert len(searched) == 1 + sum(not r.detail.duplicate for r in rewrites)
     for q in searched:
         assert f'"{q}"' in ans.answer
     assert "'kb'" in ans.answer
@@ -168,10 +168,10 @@ def test_duplicate_rewrite_is_not_retried_but_counts_toward_the_budget(coll: Col
     agent = build_agent(coll, config, grade=fixed(0.05))
     ans = ask(agent, question)
     rw = records(ans, "rewrite")
-    assert len(rw) == 1 and rw[0].detail["duplicate"] is True
+    assert len(rw) == 1 and rw[0].detail.duplicate is True
     assert "not retried" in rw[0].decision
     assert ans.trace.nodes() == ["condense", "retrieve", "grade", "rewrite", "refuse"]
-    assert ans.state["rewrites"] == config.agent.budgets.max_rewrites
+    assert ans.graph_state["rewrites"] == config.agent.budgets.max_rewrites
     assert searched_queries(ans) == [question]
 
 
@@ -183,9 +183,9 @@ def test_duplicate_rewrite_moves_on_to_the_next_rewrite(coll: Collection) -> Non
     rw_idx = [i for i, n in enumerate(nodes) if n == "rewrite"]
     assert len(rw_idx) == config.agent.budgets.max_rewrites
     for i in rw_idx:
-        dup = ans.trace.records[i].detail["duplicate"]
+        dup = ans.trace.records[i].detail.duplicate
         assert (nodes[i + 1] != "retrieve") == dup  # a duplicate never reaches the retriever
-    assert ans.trace.records[rw_idx[0]].detail["duplicate"]
+    assert ans.trace.records[rw_idx[0]].detail.duplicate
     assert ans.refused and ans.termination_reason == "no_grounded_context"
 
 
@@ -199,8 +199,8 @@ def test_external_search_timeout_degrades_to_internal_only_and_says_so(coll: Col
     ans = ask(agent, Q_BRIDGE)
     ext = records(ans, "external_search")
     assert len(ext) == 1 and ext[0].decision == "degraded"
-    assert "SearchTimeout" in ans.state["external_note"] or "no answer within" in ext[0].detail["error"]
-    assert "0.05 s" in ext[0].detail["error"]
+    assert "SearchTimeout" in ans.graph_state["external_note"] or "no answer within" in ext[0].detail.error
+    assert "0.05 s" in ext[0].detail.error
     assert len(slow.queries) == 1
     # internal-only answer, and the user is told the external search failed
     assert not ans.refused and "1887" in ans.answer
@@ -215,14 +215,14 @@ def test_external_search_failure_on_incorrect_is_named_in_the_refusal(coll: Coll
     nodes = ans.trace.nodes()
     assert "external_search" in nodes
     rw = records(ans, "rewrite")
-    assert rw[0].detail["purpose"] == "external"  # INCORRECT: the first rewrite is for the web
-    assert all(r.detail["purpose"] == "internal" for r in rw[1:])
+    assert rw[0].detail.purpose == "external"  # INCORRECT: the first rewrite is for the web
+    assert all(r.detail.purpose == "internal" for r in rw[1:])
     ext = records(ans, "external_search")
     assert len(ext) == 1 and ext[0].decision == "degraded"
-    assert provider.queries == [rw[0].detail["query"]]
+    assert provider.queries == [rw[0].detail.query]
     assert ans.refused and ans.termination_reason == "no_grounded_context"
     assert "failing: no answer within 3 s" in ans.answer
-    assert f'"{rw[0].detail["query"]}"' in ans.answer
+    assert f'"{rw[0].detail.query}"' in ans.answer
 
 
 # --- ablations -------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_refinement_off_passes_whole_chunks_and_cites_every_sentence(coll: Colle
     assert rec.decision.startswith("refinement off")
     assert refine.calls == []  # the strip scorer is never asked
     texts = chunk_texts(coll)
-    kept = ans.state["kept"]
+    kept = ans.kept
     assert kept and all(s.text == texts[s.chunk_id] for s in kept)
     # the whole chunk is in the answer, including the sentence refinement would have dropped
     bridge = next(t for t in texts.values() if "Zorblat Bridge was completed" in t)
@@ -260,7 +260,7 @@ def test_critique_off_ends_with_validated(coll: Collection) -> None:
     assert "critique" not in ans.trace.nodes()
     assert ans.trace.nodes()[-2:] == ["validate_citations", "finalize"]
     assert ans.termination_reason == "validated" and not ans.refused
-    assert ans.state["history"] == [] and ans.state["cycle"] == 0
+    assert ans.cycles == [] and ans.graph_state["cycle"] == 0
 
 
 def test_validation_off_lets_the_draft_through_unchecked(coll: Collection) -> None:
@@ -314,9 +314,9 @@ def test_trace_summary_matches_the_path_and_stream_events(coll: Collection) -> N
     s = ans.trace.summary()
     nodes = ans.trace.nodes()
     assert streamed == nodes == s["path"]
-    assert s["steps"] == len(nodes) == ans.state["steps"]
-    assert s["rewrites"] == nodes.count("rewrite") == ans.state["rewrites"]
-    assert s["critique_cycles"] == nodes.count("critique") == ans.state["cycle"] == len(ans.state["history"])
+    assert s["steps"] == len(nodes) == ans.steps
+    assert s["rewrites"] == nodes.count("rewrite") == ans.graph_state["rewrites"]
+    assert s["critique_cycles"] == nodes.count("critique") == ans.graph_state["cycle"] == len(ans.cycles)
     assert s["critique_cycles"] == config.agent.budgets.max_cycles
     assert s["retrievals"] == nodes.count("retrieve") == 1 + s["critique_cycles"] - 1
     assert s["termination_reason"] == ans.termination_reason == "max_cycles"

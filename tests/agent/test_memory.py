@@ -67,7 +67,7 @@ def test_follow_up_is_condensed_offline_with_the_earlier_turns_entities(coll: Co
         assert e in ans.standalone_question
     assert records(ans, "condense")[0].decision == "offline carry-forward"
     # the standalone question is what was retrieved and graded
-    assert records(ans, "retrieve")[0].detail["queries"] == [ans.standalone_question]
+    assert records(ans, "retrieve")[0].detail.queries == [ans.standalone_question]
     assert {q for kind, q, _ in grade.calls if kind == "relevance"} >= {ans.standalone_question}
     assert "Marta Quill" in ans.answer and not ans.refused
 
@@ -92,12 +92,12 @@ def test_rolling_summary_trims_the_checkpoint_and_the_log_keeps_everything(coll:
     for i, q in enumerate(TURNS[: cfg.summarize_after]):
         ans = ask(agent, q, thread_id=thread)
         answers.append(ans)
-        summarised = records(ans, "condense")[0].detail["summarised"]
+        summarised = records(ans, "condense")[0].detail.summarised
         assert summarised == (i + 1 >= cfg.summarize_after)
     before, last = answers[-2], answers[-1]
-    assert not before.state.get("summary")
+    assert not before.graph_state.get("summary")
     # the summary holds the first exchange, which left the working memory
-    summary = last.state["summary"]
+    summary = last.graph_state["summary"]
     assert f"Q: {TURNS[0]}" in summary and answers[0].answer.split("\n")[0][:100] in summary
     assert TURNS[cfg.summarize_after - 1] not in summary  # the current question is not summarised
 
@@ -114,8 +114,8 @@ def test_rolling_summary_trims_the_checkpoint_and_the_log_keeps_everything(coll:
 
     # the next turn folds one more exchange in and keeps the earlier summary's content
     nxt = ask(agent, TURNS[cfg.summarize_after], thread_id=thread)
-    assert nxt.state["summary"].startswith(summary)
-    assert f"Q: {TURNS[1]}" in nxt.state["summary"]
+    assert nxt.graph_state["summary"].startswith(summary)
+    assert f"Q: {TURNS[1]}" in nxt.graph_state["summary"]
     assert texts(checkpoint(agent, thread)["messages"]) == [*conversation, nxt.question, nxt.answer][-kept:]  # type: ignore[index]
     assert len(agent.log.messages(thread)) == 2 * (cfg.summarize_after + 1)
 
@@ -133,7 +133,7 @@ def test_the_summariser_never_sees_the_current_question(coll: Collection) -> Non
     assert TURNS[0] in prompts[0] and first_line(answers[0].answer) in prompts[0]
     for kept in TURNS[1 : cfg.summarize_after - 1]:  # the recent exchanges stay as messages
         assert kept not in prompts[0]
-    assert answers[-1].state["summary"] == "summary 0"
+    assert answers[-1].graph_state["summary"] == "summary 0"
     # the condenser, unlike the summariser, does get the current question
     assert current in chat.prompts["condense"][-1]
 
@@ -142,7 +142,7 @@ def test_the_summariser_never_sees_the_current_question(coll: Collection) -> Non
     second = chat.prompts["summary"][1]
     assert "summary 0" in second  # the earlier summary is carried forward
     assert TURNS[1] in second and TURNS[cfg.summarize_after] not in second
-    assert nxt.state["summary"] == "summary 1"
+    assert nxt.graph_state["summary"] == "summary 1"
 
 
 def first_line(text: str) -> str:
@@ -168,7 +168,7 @@ def test_forget_removes_checkpoints_and_the_log(coll: Collection) -> None:
     # the same id starts a fresh conversation: nothing is carried forward
     again = ask(agent, "Who designed it?", thread_id=thread)
     assert again.standalone_question == "Who designed it?"
-    assert len(again.state["messages"]) == 2
+    assert len(again.graph_state["messages"]) == 2
 
 
 # --- checkpoints ---------------------------------------------------------------------------------------

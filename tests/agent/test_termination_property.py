@@ -66,7 +66,7 @@ def test_step_budget_keeps_the_validated_answer(coll: Collection) -> None:
     assert ans.trace.nodes() == [*nodes[:max_steps], "finalize"]
     # what is shown is the draft that passed validation (the only one by then)
     assert [r.decision for r in records(ans, "validate_citations")] == ["all sentences cited and supported"]
-    assert ans.answer.split("\n\nNote:")[0] == ans.state["validated_answer"]
+    assert ans.answer.split("\n\nNote:")[0] == ans.graph_state["validated_answer"]
     assert cited_numbers(ans.answer) <= {c.n for c in ans.citations}
     assert "Krellmark" in " ".join(ans.residual_deficiencies)
 
@@ -107,7 +107,7 @@ def test_model_call_budget(coll: Collection) -> None:
     ans = ask(build_agent(coll, config, chat=chat, grade=keyword_scorer("Zorblat")), Q)
     assert ans.termination_reason == "budget_model_calls"
     calls = sum(len(v) for v in chat.prompts.values())
-    assert ans.state["model_calls"] == calls >= config.agent.budgets.max_model_calls
+    assert ans.model_calls == calls >= config.agent.budgets.max_model_calls
     assert calls <= config.agent.budgets.max_model_calls + 1
     assert not ans.refused  # a validated answer existed when the budget ran out
 
@@ -275,10 +275,10 @@ def test_the_graph_always_ends_within_budget_with_a_named_reason(shared_coll: Co
     assert ans.termination_reason in REASONS
     assert ans.trace.nodes()[-1] in ("finalize", "refuse")
     steps = len(ans.trace.records)
-    assert steps == ans.state["steps"]
+    assert steps == ans.steps
     assert steps <= max(budgets.max_steps + STEP_MARGIN, 4)
     if chat is not None:
-        assert ans.state["model_calls"] <= budgets.max_model_calls + 1 or ans.termination_reason != "budget_model_calls"
+        assert ans.model_calls <= budgets.max_model_calls + 1 or ans.termination_reason != "budget_model_calls"
     # refusals are consistent
     if ans.termination_reason in REFUSAL_REASONS:
         assert ans.refused
@@ -293,14 +293,14 @@ def test_the_graph_always_ends_within_budget_with_a_named_reason(shared_coll: Co
         assert ans.citations, ans.answer
         assert cited_numbers(ans.answer) <= returned
         assert returned <= cited_numbers(ans.answer)
-        known = {c.chunk_id for c in ans.state["retrieved"]}
+        known = {c.chunk_id for c in ans.hits}
         assert {c.chunk_id for c in ans.citations} <= known
         checks = records(ans, "validate_citations")
         assert checks and any(
             r.decision == "all sentences cited and supported" or r.decision.startswith("retries spent") for r in checks
         )
         body = ans.answer.split("\n\nNote:")[0]
-        assert body == ans.state["validated_answer"].strip()
+        assert body == ans.graph_state["validated_answer"].strip()
     assert re.search(r"\S", ans.answer) or not config.agent.validate_citations
 
 

@@ -90,7 +90,7 @@ def test_offline_unsupported_draft_is_regenerated_without_it_then_gated(coll: Co
     assert decisions[0].endswith("regenerate (1/2)")
     assert decisions[-1] == "hallucination gate: no valid citation (gate)"
     gens = records(ans, "generate")
-    assert gens[-1].detail["avoided"] and ans.state["pending_answer"] == ""
+    assert gens[-1].detail.avoided and ans.graph_state["pending_answer"] == ""
     assert ans.refused and ans.termination_reason == "no_valid_citations" and ans.citations == []
 
 
@@ -107,7 +107,7 @@ def test_a_nonexistent_citation_is_named_in_the_correction(coll: Collection) -> 
     n_sources = len(sources_in(gens[0]))
     assert n_sources < 9
     assert "Source [9] does not exist." in corrections_of(gens[1])
-    assert records(ans, "validate_citations")[0].detail["invalid_ids"] == [9]
+    assert records(ans, "validate_citations")[0].detail.invalid_ids == [9]
     assert not ans.refused and "[9]" not in ans.answer
     assert cited_numbers(ans.answer) == {c.n for c in ans.citations}
 
@@ -198,14 +198,14 @@ def test_corrections_are_transient_per_turn(coll: Collection) -> None:
     chat = RoutedChat(generate=gen)
     agent = build_agent(coll, chat=chat, grade=keyword_scorer("Zorblat"))
     first = ask(agent, Q, thread_id="t-corr")
-    assert any(r.detail["corrections"] for r in records(first, "generate"))
+    assert any(r.detail.corrections for r in records(first, "generate"))
 
     second = ask(agent, "When was the Zorblat Bridge completed, and by whom?", thread_id="t-corr")
     gens2 = records(second, "generate")
-    assert gens2[0].detail["corrections"] == []
+    assert gens2[0].detail.corrections == []
     n_first = len(records(first, "generate"))
     assert CORRECTION_HEADER not in chat.prompts["generate"][n_first]
-    assert second.state["corrections"] == [] and second.state["citation_retries"] == 0
+    assert second.graph_state["corrections"] == [] and second.graph_state["citation_retries"] == 0
 
     async def checkpoint() -> dict:
         async with open_checkpointer(agent.checkpointer_url) as saver:
@@ -236,8 +236,8 @@ def test_corrections_do_not_leak_into_the_next_critique_cycle(coll: Collection) 
     ans = ask(agent, Q)
     gens = records(ans, "generate")
     assert len(gens) == 3  # draft, corrected draft, next cycle's draft
-    assert gens[1].detail["corrections"]
-    assert gens[2].detail["corrections"] == []
+    assert gens[1].detail.corrections
+    assert gens[2].detail.corrections == []
     assert CORRECTION_HEADER not in chat.prompts["generate"][2]
 
 
@@ -265,5 +265,5 @@ def test_a_later_cycles_failed_draft_keeps_the_answer_validated_before(coll: Col
     first = records(ans, "generate")[0]
     assert ans.answer.startswith(good_answer(chat.prompts["generate"][0]))
     assert "haunted" not in ans.answer
-    assert {c.chunk_id for c in ans.citations} <= set(first.detail["sources"])
+    assert {c.chunk_id for c in ans.citations} <= set(first.detail.sources)
     assert ans.residual_deficiencies == ["Not fully resolved: no engineer named"]

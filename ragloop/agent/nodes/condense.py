@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
 
+from ragloop.agent.details import CondenseDetail
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
 from ragloop.models.chat import ChatRequest
@@ -159,7 +160,7 @@ async def condense(state: AgentState, rt: Runtime) -> NodeResult:
     return NodeResult(
         update,
         decision=how,
-        detail={"standalone": standalone, "summarised": "summary" in update},
+        detail=CondenseDetail(standalone=standalone, summarised="summary" in update),
         tokens=tokens,
         model_calls=calls,
     )

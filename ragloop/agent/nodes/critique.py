@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
+from ragloop.agent.details import CritiqueDetail
 from ragloop.agent.nodes.validate import strip_markers
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
@@ -257,12 +258,12 @@ async def critique(state: AgentState, rt: Runtime) -> NodeResult:
             "termination_reason": stop,
         },
         decision=stop or f"{len(open_now)} open deficiencies: targeted retrieval",
-        detail={
-            "how": how,
-            "score": round(score, 4),
-            "found": [(d.type.value, d.affected_section, d.severity) for d in found],
-            "resolved": resolved,
-        },
+        detail=CritiqueDetail(
+            how=how,
+            score=round(score, 4),
+            found=[(d.type.value, d.affected_section, d.severity) for d in found],
+            resolved=resolved,
+        ),
         tokens=tokens,
         model_calls=calls,
     )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ragloop.agent.details import ExternalSearchDetail
 from ragloop.agent.nodes.retrieve import current_query
 from ragloop.agent.nodes.rewrite import keyword_query
 from ragloop.agent.runtime import NodeResult, Runtime
@@ -22,7 +23,9 @@ async def external_search(state: AgentState, rt: Runtime) -> NodeResult:
     except SearchError as exc:
         note = f"external search failed ({type(exc).__name__}: {exc}); continuing with internal results only"
         return NodeResult(
-            {"external_tried": True, "external_note": note}, "degraded", {"query": query, "error": str(exc)}
+            {"external_tried": True, "external_note": note},
+            "degraded",
+            ExternalSearchDetail(query=query, error=str(exc)),
         )
     chunks = [
         RetrievedChunk(
@@ -44,5 +47,5 @@ async def external_search(state: AgentState, rt: Runtime) -> NodeResult:
             "external_note": f"{len(chunks)} external results",
         },
         decision=f"{len(chunks)} results from {rt.search.name}",
-        detail={"query": query, "chunk_ids": [c.chunk_id for c in chunks], "urls": [r.url for r in results]},
+        detail=ExternalSearchDetail(query=query, chunk_ids=[c.chunk_id for c in chunks], urls=[r.url for r in results]),
     )

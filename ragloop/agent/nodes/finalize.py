@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage
 
+from ragloop.agent.details import ExternalSearchDetail, FinalizeDetail, RefuseDetail
 from ragloop.agent.nodes.critique import score_of
 from ragloop.agent.nodes.validate import CITE
 from ragloop.agent.runtime import NodeResult, Runtime
@@ -51,9 +52,9 @@ async def finalize(state: AgentState, rt: Runtime) -> NodeResult:
         return await refuse({**state, "termination_reason": "insufficient_evidence"}, rt)
     notes = list(residuals)
     failed = [
-        r.detail.get("error", "")
+        r.detail.error
         for r in state.get("trace") or []
-        if r.node == "external_search" and r.decision == "degraded"
+        if isinstance(r.detail, ExternalSearchDetail) and r.decision == "degraded"
     ]
     if failed:
         notes.append(f"External search failed ({failed[-1]}), so this answer uses the knowledge base only.")
@@ -71,7 +72,7 @@ async def finalize(state: AgentState, rt: Runtime) -> NodeResult:
             "messages": [AIMessage(content=shown)],
         },
         decision=f"answered ({reason})",
-        detail={"quality": score, "citations": [c.chunk_id for c in citations], "residuals": residuals},
+        detail=FinalizeDetail(quality=score, citations=[c.chunk_id for c in citations], residuals=residuals),
     )
 
 
@@ -96,9 +97,5 @@ async def refuse(state: AgentState, rt: Runtime) -> NodeResult:
             "messages": [AIMessage(content=text)],
         },
         decision=f"refused ({reason})",
-        detail={
-            "searched": searched,
-            "verdict": state.get("verdict"),
-            "reason": state.get("verdict_reason", ""),
-        },
+        detail=RefuseDetail(searched=searched, verdict=state.get("verdict"), reason=state.get("verdict_reason", "")),
     )

@@ -15,6 +15,7 @@ A CORRECT verdict stands: on SQuAD 2.0 overriding it too refused ~6% of answerab
 
 from __future__ import annotations
 
+from ragloop.agent.details import GradeDetail
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import RetrievedChunk, Verdict
@@ -65,11 +66,11 @@ async def grade(state: AgentState, rt: Runtime) -> NodeResult:
     return NodeResult(
         update={"retrieved": graded, "verdict": verdict, "verdict_reason": reason},
         decision=verdict,
-        detail={
-            "reason": reason,
-            "scores": {c.chunk_id: round(c.grade or 0.0, 4) for c in graded},
-            "kept": [] if missing else [c.chunk_id for c in usable(list(by_id.values()), cfg.tau_lower)],
-            "ungrounded_entities": missing,
-            "scorer": rt.grade_scorer.name,
-        },
+        detail=GradeDetail(
+            reason=reason,
+            scores={c.chunk_id: round(c.grade or 0.0, 4) for c in graded},
+            kept=[] if missing else [c.chunk_id for c in usable(list(by_id.values()), cfg.tau_lower)],
+            ungrounded_entities=missing,
+            scorer=rt.grade_scorer.name,
+        ),
     )

@@ -7,6 +7,7 @@ document order. Each strip keeps its chunk id and offsets, so citations stay exa
 
 from __future__ import annotations
 
+from ragloop.agent.details import RefineDetail
 from ragloop.agent.nodes.grade import usable
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
@@ -64,9 +65,9 @@ async def refine(state: AgentState, rt: Runtime) -> NodeResult:
     return NodeResult(
         update={"kept": kept},
         decision=f"kept {len(kept)} of {len(scored)} strips from {len(chunks)} chunks",
-        detail={
-            "threshold": cfg.refine_threshold,
-            "kept": [(s.chunk_id, s.start, s.end, round(s.score, 4)) for s in kept],
-            "scorer": rt.refine_scorer.name,
-        },
+        detail=RefineDetail(
+            threshold=cfg.refine_threshold,
+            kept=[(s.chunk_id, s.start, s.end, round(s.score, 4)) for s in kept],
+            scorer=rt.refine_scorer.name,
+        ),
     )

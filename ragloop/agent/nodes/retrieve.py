@@ -6,6 +6,7 @@ new chunks join the context (merged by chunk id) and are graded next.
 
 from __future__ import annotations
 
+from ragloop.agent.details import RetrieveDetail
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import RetrievedChunk
@@ -21,7 +22,9 @@ def to_chunk(hit: Hit, query: str) -> RetrievedChunk:
         text=hit.text,
         query=query,
         retrieval_score=float(hit.score),
+        rank=int(hit.rank),
         stage_scores=dict(hit.scores),
+        stage_ranks=dict(hit.ranks),
     )
 
 
@@ -52,10 +55,10 @@ async def retrieve(state: AgentState, rt: Runtime) -> NodeResult:
             if same
             else f"{len(chunks)} chunks ({len(new)} new) for {len(queries)} quer{'y' if len(queries) == 1 else 'ies'}"
         ),
-        detail={
-            "queries": queries,
-            "chunk_ids": [c.chunk_id for c in chunks],
-            "targeted": bool(in_cycle),
-            "same": same,
-        },
+        detail=RetrieveDetail(
+            queries=queries,
+            chunk_ids=[c.chunk_id for c in chunks],
+            targeted=bool(in_cycle),
+            same=same,
+        ),
     )

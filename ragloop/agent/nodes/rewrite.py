@@ -8,9 +8,11 @@ rewrite that repeats an earlier query is not run: it still spends one rewrite of
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ragloop.agent.details import RewriteDetail
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
 from ragloop.models.chat import ChatRequest
@@ -80,7 +82,7 @@ async def _llm_rewrite(state: AgentState, rt: Runtime, purpose: str) -> tuple[st
 
 
 async def rewrite(state: AgentState, rt: Runtime) -> NodeResult:
-    purpose = (
+    purpose: Literal["internal", "external"] = (
         "external"
         if state.get("verdict") == "INCORRECT" and rt.search and not state.get("external_tried")
         else "internal"
@@ -110,7 +112,7 @@ async def rewrite(state: AgentState, rt: Runtime) -> NodeResult:
     return NodeResult(
         update=update,
         decision=("duplicate rewrite, not retried" if duplicate else f"{how} rewrite for {purpose} search"),
-        detail={"query": query, "purpose": purpose, "duplicate": duplicate},
+        detail=RewriteDetail(query=query, purpose=purpose, duplicate=duplicate),
         tokens=tokens,
         model_calls=calls,
     )

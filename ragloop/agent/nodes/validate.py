@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from ragloop.agent.details import ValidateDetail
 from ragloop.agent.prompts import ComposerRules, variant
 from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
@@ -50,11 +51,11 @@ def _can_fall_back(state: AgentState, rt: Runtime) -> bool:
     return rt.chat is not None and not state.get("extractive") and not state.get("validated_answer")
 
 
-def _fallback(why: str, detail: dict[str, object] | None = None) -> NodeResult:
+def _fallback(why: str, detail: ValidateDetail | None = None) -> NodeResult:
     return NodeResult(
         update={"validation": "fallback", "extractive": True, "corrections": []},
         decision=f"{why}: extractive fallback",
-        detail=detail or {},
+        detail=detail or ValidateDetail(),
     )
 
 
@@ -88,7 +89,7 @@ async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
                 "validation": status,
             },
             decision=f"hallucination gate: no valid citation ({status})",
-            detail={"answer": answer[:500]},
+            detail=ValidateDetail(answer=answer[:500]),
         )
     uncited = [
         s for s, ns in cited if not [n for n in ns if n in citations] and len(strip_markers(s)) >= MIN_CLAIM_CHARS
@@ -113,12 +114,12 @@ async def validate_citations(state: AgentState, rt: Runtime) -> NodeResult:
         for s in unsupported
     ]
     problems += [f"Source [{n}] does not exist." for n in bad_ids]
-    detail = {
-        "support": {strip_markers(s)[:80]: round(p, 3) for s, p in support.items()},
-        "uncited": len(uncited),
-        "invalid_ids": bad_ids,
-        "scorer": rt.support_scorer.name,
-    }
+    detail = ValidateDetail(
+        support={strip_markers(s)[:80]: round(p, 3) for s, p in support.items()},
+        uncited=len(uncited),
+        invalid_ids=bad_ids,
+        scorer=rt.support_scorer.name,
+    )
     if not problems:
         return NodeResult(
             {

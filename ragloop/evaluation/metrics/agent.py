@@ -16,6 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ragloop.agent.details import ExternalSearchDetail, GradeDetail, RetrieveDetail, RewriteDetail
+from ragloop.agent.trace import Trace
+from ragloop.agent.types import TraceRecord
 from ragloop.evaluation.metrics.retrieval import (
     average_precision,
     dedupe,
@@ -43,7 +46,8 @@ class ItemView:
 
     def __init__(self, rec: Mapping[str, Any]) -> None:
         self.rec = rec
-        self.trace: list[Mapping[str, Any]] = list(rec.get("trace") or [])
+        self.trace: Trace = Trace.from_json(rec.get("trace"))
+        """Typed: a detail key that the node's model does not define fails mypy here."""
         self.chunks: Mapping[str, Mapping[str, Any]] = rec.get("chunks") or {}
         self.gold_docs = set(rec.get("gold_docs") or [])
         self.gold_chunks = set(rec.get("gold_chunks") or [])
@@ -85,14 +89,12 @@ class ItemView:
         return self.gold_chunks, True
 
     # -- trace ------------------------------------------------------------------------------
-    def of(self, node: str) -> list[Mapping[str, Any]]:
-        return [r for r in self.trace if r.get("node") == node]
+    def of(self, node: str) -> list[TraceRecord]:
+        return self.trace.of(node)
 
     def first_retrieval(self) -> list[str]:
-        for r in self.trace:
-            if r.get("node") == "retrieve":
-                return list((r.get("detail") or {}).get("chunk_ids") or [])
-        return []
+        first = self.trace.first(RetrieveDetail)
+        return list(first.chunk_ids) if first is not None else []
 
     def final_context(self) -> list[str]:
         """Chunks that passed grading (grade >= tau_L) by grade, best first; empty on a refusal."""
@@ -105,19 +107,18 @@ class ItemView:
         ]
         return [cid for cid, _ in sorted(graded, key=lambda x: -x[1])]
 
-    def grade_steps(self) -> list[tuple[Mapping[str, Any], set[str]]]:
-        """(grade record, context at that step) for each grade step: the context is every chunk
-        retrieved (or found by external search) earlier in the turn."""
+    def grade_steps(self) -> list[tuple[str, GradeDetail, set[str]]]:
+        """(verdict, grade detail, context at that step) for each grade step: the context is every
+        chunk retrieved (or found by external search) earlier in the turn."""
         seen: set[str] = set()
         out = []
-        for r in self.trace:
-            node = r.get("node")
-            detail = r.get("detail") or {}
-            if node in ("retrieve", "external_search"):
-                seen.update(detail.get("chunk_ids") or [])
-            elif node == "grade":
-                seen.update((detail.get("scores") or {}).keys())
-                out.append((r, set(seen)))
+        for r in self.trace.records:
+            d = r.detail
+            if isinstance(d, RetrieveDetail | ExternalSearchDetail):
+                seen.update(d.chunk_ids)
+            elif isinstance(d, GradeDetail):
+                seen.update(d.scores)
+                out.append((r.decision, d, set(seen)))
         return out
 
     def max_grade(self) -> float | None:
@@ -167,24 +168,19 @@ def agent_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
         return out
     # grader, set level: one prediction per grade step
     steps = v.grade_steps()
-    set_preds = [(bool((r.get("detail") or {}).get("kept")), any(v.is_gold(c) for c in ctx)) for r, ctx in steps]
+    set_preds = [(bool(d.kept), any(v.is_gold(c) for c in ctx)) for _, d, ctx in steps]
     tp, fp, fn, tn = _confusion(set_preds)
     out["grader_set_precision"] = (tp, tp + fp)
     out["grader_set_recall"] = (tp, tp + fn)
     out["grader_set_accuracy"] = (tp + tn, tp + fp + fn + tn)
     # grader, chunk level: one prediction per graded chunk
-    chunk_preds = [
-        (float(s) >= v.tau_lower, v.is_gold(cid))
-        for r, _ in steps
-        for cid, s in ((r.get("detail") or {}).get("scores") or {}).items()
-    ]
+    chunk_preds = [(float(s) >= v.tau_lower, v.is_gold(cid)) for _, d, _ in steps for cid, s in d.scores.items()]
     tp, fp, fn, _ = _confusion(chunk_preds)
     out["grader_chunk_precision"] = (tp, tp + fp)
     out["grader_chunk_recall"] = (tp, tp + fn)
     # CRAG verdict of the first grade step
     if steps:
-        first, ctx = steps[0]
-        verdict = str(first.get("decision"))
+        verdict, _, ctx = steps[0]
         positive = any(v.is_gold(c) for c in ctx)
         for name in VERDICTS:
             out[f"verdict_{name.lower()}"] = frac(verdict == name)
@@ -198,23 +194,19 @@ def agent_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
     out["rewrites"] = (len(rewrites), 1.0)
     if v.has_gold:
         succ = 0
-        trace = v.trace
-        for i, r in enumerate(trace):
-            if r.get("node") != "rewrite":
-                continue
-            if (r.get("detail") or {}).get("duplicate"):
+        details = [r.detail for r in v.trace.records]
+        for i, rw in enumerate(details):
+            if not isinstance(rw, RewriteDetail) or rw.duplicate:
                 continue
             gold_found = False
             passed = False
-            for later in trace[i + 1 :]:
-                node = later.get("node")
-                detail = later.get("detail") or {}
-                if node == "rewrite":
+            for later in details[i + 1 :]:
+                if isinstance(later, RewriteDetail):
                     break
-                if node in ("retrieve", "external_search"):
-                    gold_found = gold_found or any(v.is_gold(c) for c in detail.get("chunk_ids") or [])
-                if node == "grade":
-                    passed = bool(detail.get("kept"))
+                if isinstance(later, RetrieveDetail | ExternalSearchDetail):
+                    gold_found = gold_found or any(v.is_gold(c) for c in later.chunk_ids)
+                if isinstance(later, GradeDetail):
+                    passed = bool(later.kept)
                     break
             succ += passed and gold_found
         out["rewrite_success"] = (succ, len(rewrites))
@@ -222,7 +214,7 @@ def agent_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
     out["loop_rate_answerable"] = frac(hit_budget) if v.answerable else NONE
     out["loop_rate_unanswerable"] = frac(hit_budget) if v.should_refuse else NONE
     # effort
-    out["steps"] = (len(v.trace), 1.0)
+    out["steps"] = (len(v.trace.records), 1.0)
     out["critique_cycles"] = (len(v.of("critique")), 1.0)
     defs = rec.get("deficiencies") or []
     found = len(defs)

@@ -10,16 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ragloop.agent.trace import Trace
+
 Pair = tuple[float, float]
 
 
 def ops_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
-    trace = list(rec.get("trace") or [])
+    trace = Trace.from_json(rec.get("trace")).records
     return {
-        "tokens_per_query": (float(sum(int(r.get("tokens") or 0) for r in trace)), 1.0),
-        "cost_per_query": (float(sum(float(r.get("cost") or 0.0) for r in trace)), 1.0),
+        "tokens_per_query": (float(sum(r.tokens for r in trace)), 1.0),
+        "cost_per_query": (float(sum(r.cost for r in trace)), 1.0),
         # share of trace records (node executions) whose model output came from a cache
-        "cache_hit_rate": (float(sum(1 for r in trace if r.get("cached"))), float(len(trace))),
+        "cache_hit_rate": (float(sum(1 for r in trace if r.cached)), float(len(trace))),
         "latency_ms_mean": (float(rec.get("latency_ms") or 0.0), 1.0),
     }
 
@@ -31,6 +33,6 @@ def ops_values(rec: Mapping[str, Any]) -> dict[str, list[float]]:
         "latency_ms": [float(rec.get("latency_ms") or 0.0)],
         "conversation_ms": [float(rec.get("latency_ms") or 0.0) + float(rec.get("history_latency_ms") or 0.0)],
     }
-    for r in rec.get("trace") or []:
-        out.setdefault(f"node_ms:{r.get('node')}", []).append(float(r.get("latency_ms") or 0.0))
+    for r in Trace.from_json(rec.get("trace")).records:
+        out.setdefault(f"node_ms:{r.node}", []).append(r.latency_ms)
     return out

@@ -14,7 +14,7 @@ where τL would pass it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragloop.evaluation.stats import paired_bootstrap
+from ragloop.improve.payload import StoredTrace
 from ragloop.improve.remediation.base import (
     AppliedChange,
     AuditNote,
@@ -120,13 +121,9 @@ def fit_tau_lower(
     )
 
 
-def first_gate_score(trace: dict[str, Any]) -> float | None:
+def first_gate_score(trace: Mapping[str, Any] | None) -> float | None:
     """The best grade of the first `grade` record of a stored answer's trace: what τL was compared to."""
-    for record in trace.get("records") or ():
-        if record.get("node") == "grade":
-            scores = (record.get("detail") or {}).get("scores") or {}
-            return max((float(v) for v in scores.values()), default=0.0)
-    return None
+    return StoredTrace.load(trace).first_gate_score()
 
 
 def gate_samples(store: Store, collection: str, *, limit: int = 2000) -> list[GateSample]:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, status
 
 from ragloop.improve.engine import request_diagnosis
+from ragloop.improve.payload import StoredTrace
 from ragloop.improve.routing import route_feedback
 from ragloop.service.answering import public_session
 from ragloop.service.deps import CallerDep, ServiceDep
@@ -35,7 +36,7 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such answ
 )
 async def get_answer(answer_id: AnswerId, svc: ServiceDep, caller: CallerDep) -> AnswerPublic:
     answer, query = await owned_answer(svc, caller, answer_id)
-    trace = answer.trace or {}
+    trace = StoredTrace.load(answer.trace)
     return AnswerPublic(
         answer_id=answer.answer_id,
         session_id=public_session(caller, answer.session_id),
@@ -48,9 +49,9 @@ async def get_answer(answer_id: AnswerId, svc: ServiceDep, caller: CallerDep) ->
         residual_deficiencies=[str(d) for d in answer.residual_deficiencies or []],
         latency_ms=int(answer.latency_ms or 0),
         pipeline_version=answer.pipeline_version,
-        degraded=bool(trace.get("degraded", False)),
+        degraded=trace.degraded,
         created_at=answer.created_at,
-        trace=trace,
+        trace=trace.stored(),
     )
 
 
