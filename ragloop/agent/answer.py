@@ -67,6 +67,15 @@ class Answer(BaseModel):
         internal = [c for c in self.hits if c.source == "internal"]
         return sorted(internal, key=lambda c: -float(c.retrieval_score))
 
+    def sources(self) -> list[tuple[str, str]]:
+        """(chunk id, text) of the passages the answer was generated from: its kept strips joined per
+        chunk, in order of first appearance (what the recorder stores as the evaluation's sources and
+        diagnosis reads as contexts)."""
+        texts: dict[str, list[str]] = {}
+        for s in self.kept:
+            texts.setdefault(s.chunk_id, []).append(s.text)
+        return [(cid, " ".join(t)) for cid, t in texts.items()]
+
     def with_version(self, version: str) -> Answer:
         """The same answer attributed to the pipeline version that served it."""
         return self.model_copy(update={"pipeline_version": version})

@@ -83,9 +83,6 @@ class EvaluationPayload(_Stored):
 
     @classmethod
     def from_answer(cls, question: str, ans: Answer) -> EvaluationPayload:
-        texts: dict[str, list[str]] = {}
-        for s in ans.kept:
-            texts.setdefault(s.chunk_id, []).append(s.text)
         hits = ans.internal_hits()[:MAX_RETRIEVED]
         return cls(
             question=question,
@@ -94,7 +91,7 @@ class EvaluationPayload(_Stored):
             refused=ans.refused,
             termination_reason=ans.termination_reason,
             citations=[PayloadCitation(n=c.n, chunk_id=c.chunk_id, doc_id=c.doc_id) for c in ans.citations],
-            sources=[PayloadSource(chunk_id=cid, text=" ".join(t)[:MAX_CONTEXT_CHARS]) for cid, t in texts.items()],
+            sources=[PayloadSource(chunk_id=cid, text=text[:MAX_CONTEXT_CHARS]) for cid, text in ans.sources()],
             retrieved=[
                 PayloadHit(
                     chunk_id=c.chunk_id,

@@ -229,22 +229,13 @@ def agent_runner(ctx: RemediationContext, collection: str) -> RunnerFactory:
 
                 def answer(question: str) -> GoldenAnswer:
                     ans = agent.answer(question)
-                    return GoldenAnswer(ans.answer, answer_contexts(ans.state or {}), bool(ans.refused))
+                    return GoldenAnswer(ans.answer, tuple(text for _, text in ans.sources()), bool(ans.refused))
 
                 yield answer
             finally:
                 agent.memory.close()
 
     return run
-
-
-def answer_contexts(state: dict[str, Any]) -> tuple[str, ...]:
-    """The passages an answer was generated from: its kept strips joined per chunk, in order (what
-    the recorder stores as the evaluation's sources, and the diagnosis reads as contexts)."""
-    texts: dict[str, list[str]] = {}
-    for s in state.get("kept") or []:
-        texts.setdefault(str(s.chunk_id), []).append(str(s.text))
-    return tuple(" ".join(t) for t in texts.values())
 
 
 class PromptPayload(BaseModel):
