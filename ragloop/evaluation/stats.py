@@ -273,3 +273,13 @@ def bootstrap_percentile(
     stats = np.percentile(arr[idx], q, axis=1)
     lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
     return Estimate(point, float(lo), float(hi), n)
+
+
+def proportion_ci(k: int, n: int, z: float = 1.959963984540054) -> Estimate:
+    """k/n with its Wilson score 95% interval (sound near 0 and 1, unlike Wald's); NaN for n = 0."""
+    if n <= 0:
+        return NAN_ESTIMATE
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n)

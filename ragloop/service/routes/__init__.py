@@ -1,6 +1,7 @@
 """The API's routers, one module per entity."""
 
 from ragloop.service.routes import (
+    admin,
     answers,
     conversations,
     documents,
@@ -28,6 +29,7 @@ ROUTERS = (
     review.router,
     improve.router,
     keys.router,
+    admin.router,
 )
 
 __all__ = ["ROUTERS"]

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ragloop.store.db import Database
 from ragloop.store.models import ImprovementAuditLog
@@ -71,3 +71,29 @@ class AuditLog:
         with self.db.transaction(write=False) as s:
             stmt = select(ImprovementAuditLog).where(ImprovementAuditLog.refers_to == log_id)
             return list(s.scalars(stmt.order_by(ImprovementAuditLog.created_at)))
+
+    def listed(
+        self,
+        *,
+        action_types: Sequence[str] | None = None,
+        before: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[ImprovementAuditLog], int]:
+        """A page of the log, newest first, and how many entries match in all (for paging)."""
+        where = []
+        if action_types:
+            where.append(ImprovementAuditLog.action_type.in_(list(action_types)))
+        if before is not None:
+            where.append(ImprovementAuditLog.created_at < before)
+        stmt = select(ImprovementAuditLog).where(*where)
+        stmt = stmt.order_by(ImprovementAuditLog.created_at.desc(), ImprovementAuditLog.log_id)
+        with self.db.transaction(write=False) as s:
+            total = int(s.scalar(select(func.count()).select_from(ImprovementAuditLog).where(*where)) or 0)
+            return list(s.scalars(stmt.limit(limit).offset(offset))), total
+
+    def counts(self) -> dict[str, int]:
+        """Entries per action type (the filter's choices)."""
+        stmt = select(ImprovementAuditLog.action_type, func.count()).group_by(ImprovementAuditLog.action_type)
+        with self.db.transaction(write=False) as s:
+            return {str(t): int(n) for t, n in s.execute(stmt)}
