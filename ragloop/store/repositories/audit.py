@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 
 from ragloop.store.db import Database
 from ragloop.store.models import ImprovementAuditLog
@@ -81,7 +81,7 @@ class AuditLog:
         offset: int = 0,
     ) -> tuple[list[ImprovementAuditLog], int]:
         """A page of the log, newest first, and how many entries match in all (for paging)."""
-        where = []
+        where: list[ColumnElement[bool]] = []
         if action_types:
             where.append(ImprovementAuditLog.action_type.in_(list(action_types)))
         if before is not None:
