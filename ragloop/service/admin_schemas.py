@@ -1,5 +1,5 @@
 """Response bodies of the admin console's read routes (`routes/admin.py`): the audit-log timeline,
-regression runs, the evaluation list and the tiers' agreement, an experiment's confidence sequence.
+the evaluation list and the tiers' agreement, an experiment's confidence sequence.
 Read-only views of existing tables; every rate carries its n and 95% interval."""
 
 from __future__ import annotations
@@ -42,29 +42,6 @@ class AuditPagePublic(BaseModel):
     limit: int
     offset: int
     action_types: dict[str, int] = Field(description="Entries per action type in the whole log.")
-
-
-class RegressionRunPublic(_Out):
-    run_id: str
-    golden_set_version: int
-    pipeline_version: str
-    started_at: datetime
-    completed_at: datetime | None = None
-    run_status: str
-    metrics: dict[str, Any]
-    baseline: dict[str, Any]
-    regression_detected: bool
-    rollback_triggered: bool
-    baseline_run_id: str | None = None
-    comparisons: list[dict[str, Any]] = Field(
-        default_factory=list, description="Per metric: n, baseline and current mean, paired difference, ci95."
-    )
-    errors: int = Field(default=0, description="Golden entries that failed to run.")
-
-
-class RegressionRunsPublic(BaseModel):
-    runs: list[RegressionRunPublic] = Field(description="Newest first.")
-    threshold: float = Field(description="The relative drop that counts as a regression (with an interval below 0).")
 
 
 class EvaluationRowPublic(BaseModel):

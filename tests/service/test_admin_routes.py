@@ -1,4 +1,4 @@
-"""The admin console's read routes: the audit log paged and filtered, regression runs, evaluations
+"""The admin console's read routes: the audit log paged and filtered, evaluations
 filtered by tier, failure mode, score and experiment, the tiers' agreement with n and intervals, an
 experiment's confidence sequence; all admin-only (a user key gets 403)."""
 
@@ -21,7 +21,6 @@ QUESTIONS = (
 )
 ROUTES = (
     "/v1/admin/audit",
-    "/v1/admin/regression-runs",
     "/v1/admin/evaluations",
     "/v1/admin/evaluations/agreement",
     f"/v1/admin/experiments/{'0' * 32}/sequence",
@@ -46,7 +45,7 @@ async def test_admin_routes_refuse_user_keys(collection: Collection, store: Stor
             assert (await c.get(path, headers=keys.u)).status_code == 403, path
         assert (await c.get(ROUTES[0], headers=keys.a)).status_code == 200
         schema = (await c.get("/openapi.json")).json()
-        assert set(ROUTES[:4]) <= set(schema["paths"])
+        assert set(ROUTES[:3]) <= set(schema["paths"])
         assert "/v1/admin/experiments/{experiment_id}/sequence" in schema["paths"]
 
 
@@ -107,34 +106,26 @@ async def test_evaluations_filters_and_agreement(collection: Collection, any_sto
         assert t2_h["agreement"] == {"value": 0.5, "lo": t2_h["agreement"]["lo"], "hi": t2_h["agreement"]["hi"], "n": 2}
 
 
-async def test_audit_log_pages_and_regression_runs(collection: Collection, any_store: Store) -> None:
+async def test_audit_log_pages(collection: Collection, any_store: Store) -> None:
     store = any_store
     keys = make_keys(store)
     action = store.improvement_actions.propose("expansion_cache", "expansion_cache:default", "k").action
     for i in range(5):
         store.audit.record(
-            "remediation_expansion_cache" if i % 2 else "rollback",
+            "remediation:expansion_cache" if i % 2 else "rollback",
             triggered_by=f"test {i}",
             evidence={"action_id": action.action_id, "i": i} if i % 2 else {"i": i},
             expected_delta={"recall_at_k": 0.05} if i % 2 else None,
             actual_delta={"difference": 0.01, "lo": -0.01, "hi": 0.03} if i == 3 else None,
         )
-    run = store.regressions.start(golden_set_version=1, pipeline_version=CFG.version_id, baseline={"answer_f1": 0.8})
-    comparison = {"metric": "answer_f1", "n": 10, "baseline_mean": 0.8, "current_mean": 0.7, "regressed": True}
-    store.regressions.finish(
-        run.run_id,
-        metrics={"answer_f1": 0.7},
-        regression_detected=True,
-        report={"items": {"x": {"answer_f1": 0.7}}, "errors": {"y": "boom"}, "comparisons": [comparison]},
-    )
     async with running(build_app(store)) as c:
-        mine = "action_type=rollback&action_type=remediation_expansion_cache"
+        mine = "action_type=rollback&action_type=remediation:expansion_cache"
         r = await c.get(f"/v1/admin/audit?limit=2&{mine}", headers=keys.a)
         assert r.status_code == 200, r.text
         page = r.json()
         assert page["total"] == 5 and len(page["entries"]) == 2 and page["limit"] == 2
         # the app's start-up wrote its own entry (the active version): the counts cover the whole log
-        assert page["action_types"]["rollback"] == 3 and page["action_types"]["remediation_expansion_cache"] == 2
+        assert page["action_types"]["rollback"] == 3 and page["action_types"]["remediation:expansion_cache"] == 2
         everything = (await c.get("/v1/admin/audit", headers=keys.a)).json()
         assert everything["total"] == sum(everything["action_types"].values()) > 5
         assert [e["evidence"]["i"] for e in page["entries"]] == [4, 3]
@@ -143,16 +134,9 @@ async def test_audit_log_pages_and_regression_runs(collection: Collection, any_s
         assert newest_change["revertible"] is False and newest_change["actual_delta"]["difference"] == 0.01
         rest = (await c.get(f"/v1/admin/audit?limit=2&offset=4&{mine}", headers=keys.a)).json()
         assert [e["evidence"]["i"] for e in rest["entries"]] == [0]
-        only = (await c.get("/v1/admin/audit?action_type=remediation_expansion_cache", headers=keys.a)).json()
-        assert only["total"] == 2 and {e["action_type"] for e in only["entries"]} == {"remediation_expansion_cache"}
+        only = (await c.get("/v1/admin/audit?action_type=remediation:expansion_cache", headers=keys.a)).json()
+        assert only["total"] == 2 and {e["action_type"] for e in only["entries"]} == {"remediation:expansion_cache"}
         assert (await c.get("/v1/admin/audit?action_type=a%20b", headers=keys.a)).status_code == 422
-
-        runs = (await c.get("/v1/admin/regression-runs", headers=keys.a)).json()
-        assert runs["threshold"] == 0.02
-        [got] = runs["runs"]
-        assert got["run_id"] == run.run_id and got["regression_detected"] and got["errors"] == 1
-        assert got["metrics"] == {"answer_f1": 0.7} and got["baseline"] == {"answer_f1": 0.8}
-        assert got["comparisons"] == [comparison] and "report" not in got and "items" not in str(got)
 
 
 async def test_experiment_confidence_sequence(collection: Collection, store: Store) -> None:

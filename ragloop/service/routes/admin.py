@@ -1,22 +1,21 @@
 """The admin console's read routes: views over tables other routes write, for the pages at `/admin`.
 
 `GET /v1/admin/audit` (the improvement audit log, paged and filtered by action type, each entry with
-its improvement action's status so the timeline can offer a revert), `GET /v1/admin/regression-runs`
-(metric trends against the baseline), `GET /v1/admin/evaluations` (filtered by tier, failure mode,
-score and experiment), `GET /v1/admin/evaluations/agreement` (tier 1 vs tier 2 vs human, each with n
-and a 95% interval) and `GET /v1/admin/experiments/{id}/sequence` (the always-valid confidence
-sequence over time). All admin-only: they show every user's questions and answers.
+its improvement action's status so the timeline can offer a revert), `GET /v1/admin/evaluations`
+(filtered by tier, failure mode, score and experiment), `GET /v1/admin/evaluations/agreement` (tier 1
+vs tier 2 vs human, each with n and a 95% interval) and `GET /v1/admin/experiments/{id}/sequence` (the always-valid confidence
+sequence over time). Regression runs have their own route (`GET /v1/regression/runs`). All admin-only: they show every user's questions and answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from ragloop.evaluation.stats import Estimate, bootstrap_ci, cohen_kappa, proportion_ci
-from ragloop.experiments.regression import THRESHOLD
 from ragloop.experiments.sequence import confidence_sequence
 from ragloop.service.admin_schemas import (
     AgreementPairPublic,
@@ -27,12 +26,10 @@ from ragloop.service.admin_schemas import (
     EstimatePublic,
     EvaluationRowPublic,
     EvaluationsPagePublic,
-    RegressionRunPublic,
-    RegressionRunsPublic,
 )
 from ragloop.service.deps import AdminDep, ServiceDep
 from ragloop.service.routes._common import ID_PATTERN
-from ragloop.store import RegressionRun, Store
+from ragloop.store import Store
 from ragloop.store.vocabulary import EVALUATION_TIERS, Tier
 
 router = APIRouter(tags=["admin"])
@@ -42,6 +39,8 @@ Name = Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 Score = Annotated[float | None, Query(ge=0.0, le=1.0)]
 ERRORS: dict[int | str, dict[str, str]] = {401: {"description": "No (valid) key."}, 403: {"description": "Not admin."}}
 REVERTIBLE = ("applied", "kept")
+ACTION_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""`remediation:knowledge_gap_log`, `pipeline_rollback`, `evidence_threshold`…"""
 
 
 def _audit_page(store: Store, types: list[str] | None, limit: int, offset: int) -> AuditPagePublic:
@@ -74,32 +73,9 @@ async def audit_log(
     """Every change the loop (or an admin) made, newest first: remediations, their audits and reverts,
     promotions, rollbacks, recalibrations, experiment halts; evidence, expected and actual deltas."""
     for t in action_type or ():
-        if len(t) > 64 or not t.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        if not ACTION_TYPE.fullmatch(t):
             raise HTTPException(422, f"action_type {t[:64]!r} is not an action type name")
     return await asyncio.to_thread(_audit_page, svc.store, action_type, limit, offset)
-
-
-def _run_public(run: RegressionRun) -> RegressionRunPublic:
-    report = run.report or {}
-    return RegressionRunPublic.model_validate(run).model_copy(
-        update={
-            "baseline_run_id": report.get("baseline_run_id"),
-            "comparisons": [dict(c) for c in report.get("comparisons", [])],
-            "errors": len(report.get("errors", {}) or {}),
-        }
-    )
-
-
-@router.get(
-    "/v1/admin/regression-runs", response_model=RegressionRunsPublic, responses=ERRORS, summary="Regression runs"
-)
-async def regression_runs(
-    svc: ServiceDep, _admin: AdminDep, limit: Annotated[int, Query(ge=1, le=200)] = 60
-) -> RegressionRunsPublic:
-    """The golden-set regression runs, newest first, with the baseline each compared with (per-entry
-    scores left out: `ragloop` CLI and the table keep them)."""
-    runs = await asyncio.to_thread(svc.store.regressions.list_runs, limit=limit)
-    return RegressionRunsPublic(runs=[_run_public(r) for r in runs], threshold=THRESHOLD)
 
 
 @router.get(

@@ -1,16 +1,24 @@
-// The admin page: the active pipeline, every version, the difference of two configs, rollback with
-// confirmation, and the answers waiting for human review.
+// The admin console: one page per part of the self-improving loop, chosen by the URL's #fragment
+// (so the back button and a bookmark work). The key is asked for once and kept in this tab only.
 
 import { Api } from "./api.js";
-import { $, clear, el, fmtTime } from "./dom.js";
+import { $ } from "./dom.js";
+import * as evaluations from "./evaluations.js";
+import * as experiments from "./experiments.js";
+import * as knowledge from "./knowledge.js";
+import * as pipeline from "./pipeline.js";
+import * as regression from "./regression.js";
+import * as review from "./review.js";
+import * as timeline from "./timeline.js";
 
 const api = new Api("ragloop.adminKey");
-let versions = [];
+const PAGES = { pipeline, experiments, timeline, regression, knowledge, evaluations, review };
+let signedIn = false;
 
 async function signIn(key) {
   api.key = key;
   try {
-    versions = await api.get("/v1/pipeline/versions");
+    await api.get("/v1/pipeline/versions");
   } catch (err) {
     api.key = null;
     throw err.status === 403 ? new Error("this key is not an admin key") : err;
@@ -20,11 +28,13 @@ async function signIn(key) {
   $("who").hidden = false;
   $("signin").hidden = true;
   $("app").hidden = false;
-  await refresh();
+  signedIn = true;
+  await route();
 }
 
 function signOut() {
   api.key = null;
+  signedIn = false;
   $("who").hidden = true;
   $("app").hidden = true;
   $("signin").hidden = false;
@@ -32,149 +42,33 @@ function signOut() {
   $("key").focus();
 }
 
-async function refresh() {
-  versions = await api.get("/v1/pipeline/versions");
-  let current = null;
+function current() {
+  const name = location.hash.replace(/^#/, "");
+  return Object.hasOwn(PAGES, name) ? name : "pipeline";
+}
+
+async function route() {
+  if (!signedIn) return;
+  const name = current();
+  for (const key of Object.keys(PAGES)) {
+    $(`page-${key}`).hidden = key !== name;
+    const link = document.querySelector(`.tabs a[data-page="${key}"]`);
+    if (key === name) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  const title = $(`page-${name}`).dataset.title;
+  document.title = `ragloop · admin · ${title}`;
+  $("page-status").textContent = `${title} page`;
   try {
-    current = await api.get("/v1/pipeline/current");
-  } catch {
-    current = null;
-  }
-  renderCurrent(current);
-  renderVersions(current);
-  await renderReview();
-}
-
-function renderCurrent(current) {
-  const box = clear($("current"));
-  if (!current) {
-    box.append(el("p", { text: "No pipeline version is active." }));
-    return;
-  }
-  box.append(
-    el("p", {}, el("strong", { class: "mono", text: current.version }), ` · ${current.status}`),
-    el("p", { class: "muted", text: `promoted ${current.promoted_at ? fmtTime(current.promoted_at) : "–"} by ${current.promoted_by || "–"}; previous ${current.previous_version || "none"}` }),
-  );
-  if (current.description) box.append(el("p", { text: current.description }));
-}
-
-function option(v, selected) {
-  return el("option", { value: v.version, selected: selected || undefined, text: `${v.version} (${v.status})` });
-}
-
-function renderVersions(current) {
-  const body = clear($("versions"));
-  for (const v of versions) {
-    body.append(
-      el(
-        "tr",
-        { class: current && v.version === current.version ? "current" : "" },
-        el("td", { class: "mono", text: v.version }),
-        el("td", { text: v.status }),
-        el("td", { text: v.promoted_at ? fmtTime(v.promoted_at) : "–" }),
-        el("td", { text: v.promoted_by || "–" }),
-        el("td", { text: v.description || "" }),
-        el("td", {}, el("button", {
-          type: "button",
-          class: "link",
-          text: "diff with active",
-          "aria-label": `Compare ${v.version} with the active version`,
-          on: { click: () => showDiff(v.version, current ? current.version : v.version) },
-        })),
-      ),
-    );
-  }
-  for (const [id, pick] of [["diff-a", 1], ["diff-b", 0], ["rollback-target", -1]]) {
-    const select = clear($(id));
-    if (id === "rollback-target") select.append(el("option", { value: "", text: "the previous version" }));
-    versions.forEach((v, i) => select.append(option(v, i === pick)));
-  }
-}
-
-function flatten(obj, prefix = "", out = {}) {
-  if (obj && typeof obj === "object" && !Array.isArray(obj)) {
-    for (const [k, v] of Object.entries(obj)) flatten(v, prefix ? `${prefix}.${k}` : k, out);
-  } else {
-    out[prefix] = JSON.stringify(obj);
-  }
-  return out;
-}
-
-function showDiff(a, b) {
-  const box = clear($("diff"));
-  const va = versions.find((v) => v.version === a);
-  const vb = versions.find((v) => v.version === b);
-  if (!va || !vb) return;
-  const fa = flatten(va.config);
-  const fb = flatten(vb.config);
-  const keys = [...new Set([...Object.keys(fa), ...Object.keys(fb)])].filter((k) => fa[k] !== fb[k]).sort();
-  box.append(el("p", { class: "muted", text: `${a} → ${b}: ${keys.length} setting${keys.length === 1 ? "" : "s"} differ` }));
-  if (!keys.length) return;
-  const rows = keys.map((k) =>
-    el("tr", {}, el("td", { class: "mono", text: k }), el("td", { class: "old mono", text: fa[k] ?? "–" }), el("td", { class: "new mono", text: fb[k] ?? "–" })),
-  );
-  box.append(
-    el(
-      "table",
-      {},
-      el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "setting" }), el("th", { scope: "col", text: a }), el("th", { scope: "col", text: b }))),
-      el("tbody", {}, ...rows),
-    ),
-  );
-}
-
-async function rollback(event) {
-  event.preventDefault();
-  const target = $("rollback-target").value;
-  const reason = $("rollback-reason").value.trim() || "manual rollback";
-  $("confirm-text").textContent =
-    `The next question will be answered by ${target || "the previous version"}. Reason: “${reason}”.`;
-  const dialog = $("confirm-dialog");
-  dialog.returnValue = "";
-  dialog.showModal();
-  await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
-  if (dialog.returnValue !== "yes") {
-    $("rollback-status").textContent = "Rollback cancelled.";
-    return;
-  }
-  try {
-    const row = await api.post("/v1/pipeline/rollback", target ? { target_version: target, reason } : { reason });
-    $("rollback-status").textContent = `Rolled back: ${row.version} is active.`;
+    await PAGES[name].show();
   } catch (err) {
-    $("rollback-status").textContent = `Rollback refused: ${err.message}`;
+    $("page-status").textContent = `${title}: ${err.message}`;
+    if (err.status === 401) signOut();
   }
-  await refresh();
-}
-
-async function renderReview() {
-  const box = clear($("review"));
-  let items;
-  try {
-    items = await api.get("/v1/review?limit=50");
-  } catch (err) {
-    box.append(el("p", { class: "error", text: `Review queue: ${err.message}` }));
-    return;
-  }
-  if (!items.length) {
-    box.append(el("p", { class: "muted", text: "Nothing waits for review." }));
-    return;
-  }
-  const list = el("ol", { class: "review" });
-  for (const it of items) {
-    list.append(
-      el(
-        "li",
-        {},
-        el("p", {}, el("strong", { text: "Q: " }), it.question),
-        el("p", { class: "answer-text" }, el("strong", { text: "A: " }), it.answer),
-        el("p", { class: "muted small", text: `${it.reasons.join(", ") || "sampled"} · queued ${fmtTime(it.queued_at)} · answer ${it.answer_id}` }),
-      ),
-    );
-  }
-  box.append(list);
 }
 
 function main() {
+  for (const page of Object.values(PAGES)) page.init(api);
   $("signin-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     $("signin-error").textContent = "";
@@ -185,11 +79,7 @@ function main() {
     }
   });
   $("sign-out").addEventListener("click", signOut);
-  $("diff-form").addEventListener("submit", (event) => {
-    event.preventDefault();
-    showDiff($("diff-a").value, $("diff-b").value);
-  });
-  $("rollback-form").addEventListener("submit", rollback);
+  window.addEventListener("hashchange", route);
   if (api.key) signIn(api.key).catch(signOut);
   else $("signin").hidden = false;
 }
