@@ -1,10 +1,13 @@
 """The admin console's read routes: views over tables other routes write, for the pages at `/admin`.
 
-`GET /v1/admin/audit` (the improvement audit log, paged and filtered by action type, each entry with
-its improvement action's status so the timeline can offer a revert), `GET /v1/admin/evaluations`
-(filtered by tier, failure mode, score and experiment), `GET /v1/admin/evaluations/agreement` (tier 1
-vs tier 2 vs human, each with n and a 95% interval) and `GET /v1/admin/experiments/{id}/sequence` (the always-valid confidence
-sequence over time). Regression runs have their own route (`GET /v1/regression/runs`). All admin-only: they show every user's questions and answers.
+- `GET /v1/admin/audit`: the improvement audit log, paged and filtered by action type, each entry
+  with its improvement action's status so the timeline can offer a revert;
+- `GET /v1/admin/evaluations`: filtered by tier, failure mode, score and experiment;
+- `GET /v1/admin/evaluations/agreement`: tier 1 vs tier 2 vs human, each with n and a 95% interval;
+- `GET /v1/admin/experiments/{id}/sequence`: the always-valid confidence sequence over time.
+
+Regression runs have their own route (`GET /v1/regression/runs`). All admin-only: they show every
+user's questions and answers.
 """
 
 from __future__ import annotations
