@@ -153,7 +153,7 @@ def test_feedback_is_stored_and_reaches_review(page: Any, served: Served) -> Non
     article.get_by_role("button", name="Show trace").click()
     expect(article.locator(".evaluation")).to_contain_text("tier 3 (human review)", timeout=30_000)
 
-    sign_in(page, served.admin, "/admin")
+    sign_in(page, served.admin, "/admin#review")
     expect(page.locator("#review")).to_contain_text("When was the Zorblat Bridge completed?")
     expect(page.locator("#review")).to_contain_text("detailed_feedback")
 

@@ -18,7 +18,7 @@ export function s(tag, attrs = {}, ...children) {
 export function chart(width, height, label) {
   const root = s("svg", {
     viewBox: `0 0 ${width} ${height}`,
-    width: "100%",
+    width, // its natural size (12px text) on a wide screen; CSS shrinks it to fit a narrow one
     role: "img",
     "aria-label": label,
     class: "chart",

@@ -185,7 +185,10 @@ function renderList(entries) {
       el("p", { class: "small", text: `triggered by ${e.triggered_by}` }),
     );
     if (e.pipeline_version_before || e.pipeline_version_after) {
-      item.append(el("p", { class: "small mono", text: `${e.pipeline_version_before || "–"} → ${e.pipeline_version_after || "–"}` }));
+      const versions = e.pipeline_version_after && e.pipeline_version_after !== e.pipeline_version_before
+        ? `${e.pipeline_version_before || "–"} → ${e.pipeline_version_after}`
+        : `on ${e.pipeline_version_before || e.pipeline_version_after}`;
+      item.append(el("p", { class: "small mono", text: versions }));
     }
     const d = deltas(e);
     if (d) {

@@ -1,0 +1,267 @@
+"""The admin console in headless Chromium against a real `ragloop serve` (its own server: this module
+changes what serves). Feedback given on the chat page is found among the evaluations and in the
+review queue, scored by a reviewer and then counted in the tiers' agreement; an improvement the loop
+applied is on the timeline and reverted from it; an experiment started from its form has results per
+variant and a confidence sequence; regression runs show their trend with the failing metric
+highlighted; knowledge gaps and the golden set; markup in questions and answers shows as text;
+phone width. `RAGLOOP_UI_SCREENSHOTS=1` saves each page under benchmarks/results/ui/."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ragloop.config import Settings
+from ragloop.experiments.regression import Answered, run_regression
+from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
+from ragloop.improve.remediate import run_pass
+from ragloop.models.scoring import LexicalScorer
+from ragloop.store import Store
+from tests.web.conftest import WEB_CFG, Served, shot
+from tests.web.test_browser import ask, sign_in
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the `browser` fixture skips these tests (under CI=true it fails them)
+    expect = None  # type: ignore[assignment]
+
+BRIDGE = "When was the Zorblat Bridge completed?"
+FESTIVAL = "When is the lantern festival held?"
+GAP_Q = "What is the boiling point of liquid nitrogen at sea level?"
+GAP_FIX = "Liquid nitrogen boils at about minus 196 degrees Celsius (77 kelvin) at atmospheric pressure."
+GOLDEN = [
+    ("When was the Zorblat Bridge completed?", "It was completed in 1887."),
+    ("Who designed the Quill Tower?", "Marta Quill designed the tower."),
+    ("How tall is the Quill Tower?", "The tower is 96 metres tall."),
+    ("What does the ferry carry?", "The ferry carries passengers and bicycles."),
+    ("When do the trams run?", "The trams run every ten minutes."),
+    ("Who built the harbour lighthouse?", "The harbour board built it."),
+    ("How long is the bridge?", "The bridge is 300 metres long."),
+    ("Where is the lantern festival held?", "In the harbour of Ostria."),
+]
+
+
+def wait_for(check: Any, what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def feedback(served: Served, answer_id: str, correction: str) -> None:
+    body = {"rating": "negative", "issues": ["wrong_answer"], "corrected_answer": correction}
+    r = served.api("POST", f"/v1/answers/{answer_id}/feedback", served.user, json=body)
+    assert r.status_code == 201, r.text
+
+
+def no_markup_ran(page: Any) -> None:
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("main img").count() == 0 and page.locator("main b").count() == 0
+
+
+def test_feedback_reaches_evaluations_and_is_reviewed(page: Any, served: Served) -> None:
+    sign_in(page, served.user)
+    bridge = ask(page, BRIDGE)
+    bridge_id = bridge.get_attribute("data-answer-id")
+    bridge.get_by_role("button", name="Bad answer…").click()
+    form = bridge.locator("form.feedback-form")
+    form.get_by_label("Wrong source").check()
+    form.get_by_label("Suggest a correction").fill("It was completed in 1888.")
+    form.get_by_role("button", name="Send feedback").click()
+    expect(bridge.locator(".feedback-status")).to_contain_text("sent for a closer evaluation")
+    festival = ask(page, FESTIVAL)
+    festival_id = festival.get_attribute("data-answer-id")
+    feedback(served, str(festival_id), "Every May, in the harbour of Ostria <b>really</b>.")
+    # tier 1 scores every answer in the server's worker
+    wait_for(
+        lambda: served.api("GET", "/v1/admin/evaluations?tier=heuristic", served.admin).json()["total"] >= 2,
+        "tier-1 evaluations",
+    )
+
+    sign_in(page, served.admin, "/admin#evaluations")
+    expect(page.locator("#page-evaluations")).to_be_visible()
+    expect(page.locator(".tabs a[aria-current=page]")).to_have_text("Evaluations")
+    rows = page.locator("#evals tr")
+    expect(rows.filter(has_text=BRIDGE).first).to_be_visible()
+    expect(rows.filter(has_text="<script>window.__pwned = 1</script>").first).to_be_visible()
+    page.locator("#f-tier").select_option("heuristic")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("#evals-range")).to_contain_text(re.compile(r"of \d+"))
+    assert set(page.locator("#evals tr").evaluate_all("rs => rs.map(r => r.dataset.tier)")) == {"heuristic"}
+    no_markup_ran(page)
+    shot(page, "11-admin-evaluations", full_page=True)
+
+    page.get_by_role("link", name="Human review").click()
+    item = page.locator(f'li.review-item[data-answer-id="{bridge_id}"]')
+    expect(item).to_contain_text(BRIDGE)
+    expect(item).to_contain_text("detailed_feedback")
+    assert "tier 1" not in item.inner_text()  # blind: no machine score before the reviewer's
+    hostile = page.locator(f'li.review-item[data-answer-id="{festival_id}"]')
+    expect(hostile).to_contain_text("<script>window.__pwned = 1</script> is held every May")
+    no_markup_ran(page)
+    item.get_by_label(re.compile("^Faithfulness")).select_option("0.25")
+    item.get_by_label(re.compile("^Relevance")).select_option("0.5")
+    item.get_by_label("Failure mode").select_option("generation_failure")
+    item.get_by_label("hallucination").check()
+    item.get_by_label("Correct answer (optional)").fill("It was completed in 1888.")
+    shot(page, "12-admin-review", full_page=True)
+    item.get_by_role("button", name=re.compile("^Submit review")).click()
+    expect(item.locator(".reviewed")).to_contain_text("Reviewed")
+    expect(item.locator(".reviewed")).to_contain_text("tier 1:")
+    human = served.api("GET", f"/v1/evaluations/{bridge_id}", served.admin).json()
+    assert any(e["evaluation_tier"] == "human" for e in human["evaluations"]), human
+
+    page.get_by_role("link", name="Evaluations").click()
+    page.locator("#f-tier").select_option("human")
+    page.locator("#f-mode").select_option("generation_failure")
+    page.get_by_role("button", name="Filter").click()
+    reviewed = page.locator(f'#evals tr[data-answer-id="{bridge_id}"]')
+    expect(reviewed).to_contain_text("tier 3")
+    expect(reviewed).to_contain_text("0.38")  # the mean of the two metrics scored
+    expect(page.locator("#agreement svg")).to_have_count(3)
+    expect(page.locator("#agreement")).to_contain_text("n=1")
+
+
+def test_an_improvement_on_the_timeline_is_reverted_there(page: Any, served: Served) -> None:
+    r = served.api("POST", "/v1/query", served.user, json={"question": GAP_Q, "session_id": "gap-1"})
+    assert r.status_code == 200, r.text
+    feedback(served, r.json()["answer_id"], GAP_FIX)
+    settings = Settings(home=served.home)
+    with Store.open(served.db_url) as st:
+        engine = DiagnosisEngine(st, settings, DiagnosisConfig(), scorer=LexicalScorer(name="lexical"))
+        try:  # Playwright's sync API holds this thread's event loop: diagnose on another thread
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, engine.run_pass("web-test")).result()
+        finally:
+            engine.close()
+        run_pass(st, WEB_CFG, settings=settings)
+    applied = served.api("GET", "/v1/improvements?status=applied", served.admin).json()["actions"]
+    assert applied, "the remediation pass applied nothing"
+    action_id = applied[0]["action_id"]
+    rolled = served.api("POST", "/v1/pipeline/rollback", served.admin, json={"reason": "timeline test"})
+    assert rolled.status_code == 200, rolled.text
+    back = served.api("POST", "/v1/pipeline/rollback", served.admin, json={"target_version": WEB_CFG.version_id})
+    assert back.status_code == 200, back.text
+
+    sign_in(page, served.admin, "/admin#timeline")
+    entries = page.locator("#timeline > li")
+    expect(entries.filter(has_text="pipeline_rollback").first).to_be_visible()
+    change = entries.filter(has=page.get_by_role("button", name=f"Revert improvement {action_id}"))
+    expect(change).to_have_count(1)
+    expect(change).to_contain_text("remediation:")
+    expect(change).to_contain_text(f"improvement {action_id} is applied")
+    expect(page.locator("#tl-chart svg circle").first).to_be_visible()
+    shot(page, "10-admin-timeline", full_page=True)
+
+    change.get_by_role("button", name=re.compile("^Revert")).click()
+    expect(page.locator("#confirm-title")).to_have_text("Revert this improvement?")
+    page.locator("#confirm-yes").click()
+    expect(page.locator("#tl-status")).to_contain_text(f"improvement {action_id} is reverted")
+    expect(entries.first).to_contain_text("remediation_revert")
+    assert served.api("GET", f"/v1/improvements/{action_id}", served.admin).json()["status"] == "reverted"
+    page.locator("#tl-type").select_option("pipeline_rollback")
+    expect(entries).to_have_count(2)
+
+
+def test_regression_runs_and_the_golden_set(page: Any, served: Served) -> None:
+    for q, a in GOLDEN:
+        r = served.api("POST", "/v1/golden", served.admin, json={"question": q, "expected_answer": a})
+        assert r.status_code == 201, r.text
+    answers = dict(GOLDEN)
+
+    def good(question: str) -> Answered:
+        return Answered(answer=answers[question], doc_ids=[], refused=False)
+
+    def worse(question: str) -> Answered:
+        return Answered(answer=answers[question].split()[0], doc_ids=[], refused=False)
+
+    with Store.open(served.db_url) as st:
+        for answer in (good, good, worse):
+            run_regression(st, answer, pipeline_version=WEB_CFG.version_id)
+
+    sign_in(page, served.admin, "/admin#regression")
+    expect(page.locator("#reg-charts figure")).not_to_have_count(0)
+    expect(page.locator("#reg-charts figcaption.failing")).to_contain_text("answer_f1")
+    expect(page.locator("#reg-runs tr")).to_have_count(3)
+    expect(page.locator("#reg-runs tr.failing-row")).to_have_count(1)
+    expect(page.locator("#reg-runs tr.failing-row li.failing")).to_contain_text("answer_f1")
+    expect(page.locator("#reg-charts circle.regressed")).to_have_count(1)
+    shot(page, "13-admin-regression", full_page=True)
+
+    page.get_by_role("link", name="Gaps & golden set").click()
+    expect(page.locator("#gaps")).to_contain_text("nitrogen")
+    expect(page.locator("#gaps-chart svg")).to_be_visible()
+    expect(page.locator("#golden-summary")).to_contain_text(re.compile(r"version \d+ · 8 live entries"))
+    expect(page.locator("#golden-difficulty svg")).to_be_visible()
+    shot(page, "14-admin-gaps-golden", full_page=True)
+
+
+def test_an_experiment_from_its_form(page: Any, served: Served) -> None:
+    sign_in(page, served.admin, "/admin#experiments")
+    expect(page.locator("#exp-list")).to_contain_text("No experiments yet")
+    page.get_by_label("Name", exact=True).fill("k_minus_one")
+    page.get_by_label(re.compile("^Treatment: a version id")).fill('{"retrieval": {"k": 3}}')
+    page.get_by_label(re.compile("^Treatment share")).fill("0.5")
+    page.get_by_label("Minimum answers per arm").fill("20")
+    page.get_by_label("Primary metric").select_option("tier1_score")
+    page.get_by_label("refusal_rate").check()
+    page.get_by_role("button", name="Start experiment").click()
+    expect(page.locator("#exp-create-status")).to_contain_text("Started k_minus_one")
+    experiment_id = served.api("GET", "/v1/experiments", served.admin).json()[0]["experiment_id"]
+    try:
+        for i in range(24):
+            q = GOLDEN[i % 3][0]
+            r = served.api("POST", "/v1/query", served.user, json={"question": q, "session_id": f"exp-{i}"})
+            assert r.status_code == 200, r.text
+        wait_for(
+            lambda: (
+                served.api(
+                    "GET", f"/v1/admin/evaluations?tier=heuristic&experiment_id={experiment_id}", served.admin
+                ).json()["total"]
+                >= 24
+            ),
+            "tier-1 scores of the experiment's answers",
+        )
+        page.locator("#exp-refresh").click()
+        expect(page.locator("#exp-metrics figure")).to_have_count(4)
+        expect(page.locator("#exp-metrics")).to_contain_text(re.compile(r"always-valid 95% \[-?\d"))
+        expect(page.locator("#exp-sequence polyline.diff-line")).to_have_count(1)
+        expect(page.locator("#exp-sequence polygon.band-av")).to_have_count(1)
+        expect(page.locator("#exp-guardrails li")).to_have_count(3)
+        shot(page, "15-admin-experiment", full_page=True)
+        page.get_by_label("Metric", exact=True).select_option("latency_p99")
+        expect(page.locator("#exp-sequence svg")).to_have_attribute("aria-label", re.compile("^latency_p99"))
+
+        page.get_by_role("button", name="Stop…").click()
+        page.locator("#confirm-yes").click()
+        expect(page.locator("#exp-status")).to_contain_text("Done: stop")
+        expect(page.locator("#exp-list")).to_contain_text("stopped")
+    finally:
+        served.api("POST", f"/v1/experiments/{experiment_id}/stop", served.admin, json={"reason": "test over"})
+
+
+def test_admin_pages_at_phone_width(browser: Any, served: Served) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, base_url=served.base)
+    try:
+        page = context.new_page()
+        sign_in(page, served.admin, "/admin#timeline")
+        expect(page.locator("#timeline > li").first).to_be_visible()
+        for name in ("timeline", "evaluations", "experiments", "review", "regression", "knowledge"):
+            page.goto(f"/admin#{name}")
+            expect(page.locator(f"#page-{name}")).to_be_visible()
+            page.wait_for_timeout(300)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, (name, width)
+        page.goto("/admin#timeline")
+        expect(page.locator("#timeline > li").first).to_be_visible()
+        page.keyboard.press("Tab")
+        shot(page, "16-admin-phone")
+    finally:
+        context.close()
