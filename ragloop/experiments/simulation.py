@@ -150,6 +150,43 @@ def simulate(plan: SimulationPlan, delta: float, experiments: int, rng: np.rando
     )
 
 
+def simulate_resampled(
+    plan: SimulationPlan,
+    control_scores: np.ndarray,
+    treatment_scores: np.ndarray,
+    experiments: int,
+    rng: np.random.Generator,
+) -> Cumulative:
+    """Like `simulate`, but each query's score is drawn (with replacement) from a real score pool
+    per arm, e.g. the tier-1 scores two pipeline variants earned on SQuAD 2.0 / MTRAG-UN questions:
+    the test then meets the real distribution (point masses at 0 for refusals, skew, ties) instead
+    of a Beta. The true difference is the difference of the pools' means."""
+    pools = [np.asarray(p, dtype=np.float64) for p in (control_scores, treatment_scores)]
+    if any(p.ndim != 1 or p.size < 2 or not np.all(np.isfinite(p)) for p in pools):
+        raise ValueError("each score pool needs at least 2 finite scores")
+    looks = plan.looks
+    hours = (np.arange(looks) + 0.5) * plan.window_minutes / 60.0
+    rate = (
+        plan.queries_per_day
+        * plan.window_minutes
+        / 1440.0
+        * (1.0 + plan.diurnal_traffic * np.sin(2 * math.pi * hours / 24))
+    )
+    out: list[np.ndarray] = []
+    for share, pool in ((plan.traffic_split, pools[1]), (1.0 - plan.traffic_split, pools[0])):
+        counts = rng.poisson(rate * share, size=(experiments, looks))
+        reps = counts.ravel()
+        y = pool[rng.integers(0, pool.size, size=int(reps.sum()))]
+        ends = np.cumsum(reps)
+        starts = ends - reps
+        cs = np.concatenate(([0.0], np.cumsum(y)))
+        cq = np.concatenate(([0.0], np.cumsum(y * y)))
+        sums = (cs[ends] - cs[starts]).reshape(counts.shape)
+        squares = (cq[ends] - cq[starts]).reshape(counts.shape)
+        out += [np.cumsum(counts, axis=1).astype(np.float64), np.cumsum(sums, axis=1), np.cumsum(squares, axis=1)]
+    return Cumulative(*out)
+
+
 def _mean_var(n: np.ndarray, s: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     safe = np.maximum(n, 1.0)
     mean = s / safe
@@ -201,6 +238,14 @@ def first_hits(plan: SimulationPlan, cum: Cumulative, delta: float) -> dict[Rule
     return out
 
 
+def replay_plan(control_scores: np.ndarray, treatment_scores: np.ndarray, **kw: float) -> SimulationPlan:
+    """A plan whose control mean and sd (the mixture's tuning) are the real pools' (pooled sd)."""
+    c = np.asarray(control_scores, dtype=np.float64)
+    t = np.asarray(treatment_scores, dtype=np.float64)
+    sd = float(np.sqrt((c.var(ddof=1) * (c.size - 1) + t.var(ddof=1) * (t.size - 1)) / (c.size + t.size - 2)))
+    return SimulationPlan(control_mean=float(c.mean()), sd=sd, diurnal_mean=0.0, **kw)  # type: ignore[arg-type]
+
+
 def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """Wilson score 95% interval of a binomial proportion k/n (sound near 0, unlike Wald's)."""
     if n <= 0:
@@ -244,9 +289,17 @@ class ScenarioResult:
 
 
 def run_scenario(
-    plan: SimulationPlan, delta: float, experiments: int, *, seed: int = 0, batch: int = 100
+    plan: SimulationPlan,
+    delta: float,
+    experiments: int,
+    *,
+    seed: int = 0,
+    batch: int = 100,
+    pools: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> ScenarioResult:
-    """Simulate `experiments` in batches (memory stays ~ batch x looks) and summarise each rule."""
+    """Simulate `experiments` in batches (memory stays ~ batch x looks) and summarise each rule.
+    `pools` (control, treatment): resample real scores instead of Beta draws (`delta` must then be
+    the difference of their means; `replay_plan` builds the matching plan)."""
     if experiments < 1 or batch < 1:
         raise ValueError("experiments and batch must be >= 1")
     rng = np.random.default_rng(seed)
@@ -254,7 +307,12 @@ def run_scenario(
     done = 0
     while done < experiments:
         size = min(batch, experiments - done)
-        for rule, first in first_hits(plan, simulate(plan, delta, size, rng), delta).items():
+        cum = (
+            simulate(plan, delta, size, rng)
+            if pools is None
+            else simulate_resampled(plan, pools[0], pools[1], size, rng)
+        )
+        for rule, first in first_hits(plan, cum, delta).items():
             hits[rule].append(first)
         done += size
     outcomes = {}

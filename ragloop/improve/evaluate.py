@@ -222,6 +222,8 @@ class OnlineEvaluator:
                     scores={k: (round(v, 4) if v is not None else None) for k, v in result.scores.items()},
                     failure_evidence=evidence,
                     evaluator_model=judge.name,
+                    evaluator_version=judge.pin.version,
+                    evaluator_prompt_sha=judge.pin.prompt_sha,
                 )
                 self.store.queue.complete(job.job_id, worker_id, token)
 

@@ -15,6 +15,7 @@ A judge raises on failure; `evaluate.py` and the queue own retries, backoff and 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,8 +64,37 @@ class JudgeResult:
         return sum(vals) / len(vals) if vals else None
 
 
+JUDGE_VERSION = "1"
+"""Bump when a judge's behaviour changes without a change of model or prompt text (parsing,
+scales, which metrics): a new version must qualify against human labels before it replaces the
+old one (`ragloop.experiments.drift.qualify`)."""
+
+
+@dataclass(frozen=True)
+class JudgePin:
+    """What identifies a judge: model, version and the sha256 of its prompt; stored with every tier-2 score."""
+
+    model: str
+    version: str
+    prompt_sha: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"model": self.model, "version": self.version, "prompt_sha": self.prompt_sha}
+
+
+def _sha(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
 class Judge:
     name: str = "judge"
+    version: str = JUDGE_VERSION
+    prompt: str = ""
+    """The exact instructions the judge follows (hashed into its pin)."""
+
+    @property
+    def pin(self) -> JudgePin:
+        return JudgePin(self.name, f"{type(self).__name__}/{self.version}", _sha(self.prompt))
 
     async def evaluate(self, item: JudgeInput) -> JudgeResult:
         raise NotImplementedError
@@ -98,10 +128,18 @@ def _trim(contexts: Sequence[str]) -> list[str]:
     return [c[:MAX_CONTEXT_CHARS] for c in list(contexts)[:MAX_CONTEXTS] if c.strip()]
 
 
+SCORER_RUBRIC = (
+    "RAGAS formulas (ragloop.evaluation.metrics.answer): context_precision, context_recall (with a "
+    f"reference), faithfulness = share of claims with support >= {metrics.SUPPORT_THRESHOLD}, answer_relevancy; "
+    "refusals: refusal_appropriate = 1 - context_sufficiency"
+)
+
+
 class ScorerJudge(Judge):
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = _Strict(scorer)
         self.name = f"scorer:{scorer.name}"
+        self.prompt = SCORER_RUBRIC
 
     async def evaluate(self, item: JudgeInput) -> JudgeResult:
         contexts = _trim(item.contexts)
@@ -174,6 +212,7 @@ class ChatJudge(Judge):
         self.model = model
         self.name = f"chat:{model.name}"
         self.max_tokens = max_tokens
+        self.prompt = JUDGE_SYSTEM + "\n\n" + JUDGE_PROMPT
 
     async def evaluate(self, item: JudgeInput) -> JudgeResult:
         sources = "\n".join(f'<source id="{i}">{_fence(c)}</source>' for i, c in enumerate(_trim(item.contexts), 1))

@@ -206,6 +206,7 @@ def _periodic(
     `clock`)."""
     from ragloop.experiments.aggregation import aggregate_running
     from ragloop.experiments.auto import AutoOutcome, auto_experiment_step, golden_check
+    from ragloop.experiments.drift import rubric_check, rubric_due
     from ragloop.experiments.promotion import MaintenanceWindow
     from ragloop.experiments.regression import regression_due, run_regression
     from ragloop.experiments.runtime import build_answerer, golden_smoke_test
@@ -250,6 +251,13 @@ def _periodic(
     # polled (at most every 5 min), run when the store's last run is an interval old on the clock
     poll = min(cfg.regression_interval_s, REGRESSION_POLL_S) if cfg.regression_interval_s > 0 else 0.0
     tasks.add("golden-regression", poll, regress)
+
+    def rubric() -> None:
+        if rubric_due(store, clock.now(), cfg.rubric_check_interval_s):
+            rubric_check(store, clock.now(), window_s=cfg.rubric_check_interval_s, actor="scheduler")
+
+    every = min(cfg.rubric_check_interval_s, 3600.0) if cfg.rubric_check_interval_s > 0 else 0.0
+    tasks.add("rubric-check", every, rubric)
     return tasks
 
 

@@ -111,6 +111,9 @@ class ServiceConfig:
     """The scheduled golden-set regression run (86400 for nightly); 0 (the default) turns it off."""
     regression_webhook_url: str | None = None
     """Where a regression alert is POSTed (JSON) beside its log line; unset: log only."""
+    rubric_check_interval_s: float = 30 * 86400.0
+    """The evaluator-drift rubric check (tier-2 scores vs implicit satisfaction, `ragloop drift check`):
+    monthly by default, read on the loop's clock; 0 turns it off."""
 
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -180,6 +180,9 @@ class Evaluation(Base):
     oracle_chunk_ids: Mapped[list[Any]] = mapped_column(default=list)
     improvement_actions: Mapped[list[Any]] = mapped_column(default=list)
     evaluator_model: Mapped[str | None] = mapped_column(String(128))
+    evaluator_version: Mapped[str | None] = mapped_column(String(64))
+    """Tier 2: the judge's pinned version (with `evaluator_model` and the prompt hash: the judge)."""
+    evaluator_prompt_sha: Mapped[str | None] = mapped_column(String(64))
     error: Mapped[str | None] = mapped_column(Text)
     evaluated_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -57,3 +57,33 @@ def test_invalid_plans_are_refused(kwargs: dict[str, float], match: str) -> None
 def test_an_impossible_effect_is_refused() -> None:
     with pytest.raises(ValueError, match="outside what a Beta"):
         simulate(SimulationPlan(days=0.1), 0.3, 2, np.random.default_rng(0))
+
+
+def test_resampled_streams_draw_from_the_real_pools() -> None:
+    from ragloop.experiments.simulation import replay_plan, simulate_resampled
+
+    rng = np.random.default_rng(5)
+    control = np.concatenate([np.zeros(30), rng.uniform(0.4, 1.0, 170)])  # refusals score 0: a point mass
+    treatment = np.clip(control + 0.1, 0.0, 1.0)
+    plan = replay_plan(control, treatment, queries_per_day=20_000.0, days=2.0, traffic_split=0.5)
+    assert plan.control_mean == pytest.approx(control.mean()) and plan.diurnal_mean == 0.0
+    cum = simulate_resampled(plan, control, treatment, 10, rng)
+    assert cum.n_t.shape == (10, plan.looks) and np.all(np.diff(cum.n_c, axis=1) >= 0)
+    mean_t, mean_c = cum.s_t[:, -1] / cum.n_t[:, -1], cum.s_c[:, -1] / cum.n_c[:, -1]
+    assert abs(mean_c.mean() - control.mean()) < 0.005
+    assert abs((mean_t - mean_c).mean() - (treatment.mean() - control.mean())) < 0.005
+    with pytest.raises(ValueError, match="at least 2 finite"):
+        simulate_resampled(plan, np.array([0.5]), treatment, 1, rng)
+
+
+def test_replay_of_one_pool_against_itself_rarely_promotes() -> None:
+    from ragloop.experiments.simulation import replay_plan
+
+    rng = np.random.default_rng(6)
+    pool = np.concatenate([np.zeros(40), rng.beta(5, 2, 160)])
+    plan = replay_plan(pool, pool, queries_per_day=2_000.0, days=3.0, traffic_split=0.5, min_samples=300)
+    same = run_scenario(plan, 0.0, 60, seed=7, pools=(pool, pool))
+    assert same.outcomes[Rule.ALWAYS_VALID].fired <= 3  # ≤ 5% expected; 60 experiments
+    better = np.clip(pool + 0.08, 0.0, 1.0)
+    shifted = run_scenario(plan, float(better.mean() - pool.mean()), 20, seed=8, pools=(pool, better))
+    assert shifted.outcomes[Rule.ALWAYS_VALID].fired >= 18

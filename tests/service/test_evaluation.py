@@ -161,6 +161,12 @@ async def test_routing_golden_low_score_and_human_review(collection: Collection,
         assert "golden_set" in golden_job.payload["reasons"] and golden_job.payload["reference"]
         ev = store.evaluations.latest(ids[0], "llm_judge")
         assert ev is not None and ev.context_recall is not None  # the reference made recall measurable
+        pin = worker.evaluator.judge.pin  # type: ignore[union-attr]
+        assert (ev.evaluator_model, ev.evaluator_version, ev.evaluator_prompt_sha) == (
+            pin.model,
+            pin.version,
+            pin.prompt_sha,
+        )  # the judge is pinned with every tier-2 score
         other = next(j for j in store.queue.for_answer(ids[1]) if j.tier == "llm_judge")
         assert other.payload["reasons"] == ["low_heuristic_score"]
         assert (await c.get("/v1/review", headers=keys.a)).json() == []  # held until the day is over

@@ -72,3 +72,26 @@ def test_nightly_is_read_on_the_loops_clock(store: Store, tmp_path: Path) -> Non
     assert not regression_due(store, clock.now(), 86400)
     clock.advance(seconds=timedelta(hours=12).total_seconds())
     assert regression_due(store, clock.now(), 86400)
+
+
+async def test_evaluator_drift_route_is_admin_only(store: Store) -> None:
+    from datetime import UTC, datetime
+
+    from ragloop.experiments.drift import rubric_check
+
+    rubric_check(store, datetime(2026, 3, 1, tzinfo=UTC))
+    keys = make_keys(store)
+    async with running(build_app(store)) as c:
+        assert (await c.get("/v1/evaluator/drift", headers=keys.u)).status_code == 403
+        r = await c.get("/v1/evaluator/drift", headers=keys.a)
+        assert r.status_code == 200
+        body = r.json()
+        assert body["accepted_judge"] is None and body["rubric"]["status"] == "insufficient"
+        assert body["rubric_flagged"] is False
+
+
+async def test_rubric_check_is_scheduled_monthly_by_default(store: Store) -> None:
+    assert ServiceConfig().rubric_check_interval_s == 30 * 86400.0
+    assert "rubric-check" in build_app(store).state.service.loops.names
+    off = build_app(store, service_config=ServiceConfig(rubric_check_interval_s=0.0, inprocess_worker=False))
+    assert "rubric-check" not in off.state.service.loops.names

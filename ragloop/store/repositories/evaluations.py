@@ -34,6 +34,8 @@ class Evaluations:
         evaluator_model: str | None = None,
         status: str = EvaluationStatus.COMPLETED,
         error: str | None = None,
+        evaluator_version: str | None = None,
+        evaluator_prompt_sha: str | None = None,
     ) -> Evaluation:
         """Record one evaluation. `tier` is heuristic | llm_judge | human; `status='failed'` (with `error`)
         records a judge that gave up, so no answer silently goes unevaluated. The four named metrics in
@@ -57,6 +59,8 @@ class Evaluations:
                 oracle_chunk_ids=list(oracle_chunk_ids),
                 improvement_actions=[dict(a) for a in improvement_actions],
                 evaluator_model=evaluator_model,
+                evaluator_version=evaluator_version,
+                evaluator_prompt_sha=evaluator_prompt_sha,
                 error=error,
                 **{m: score_map.get(m) for m in METRICS},
             )

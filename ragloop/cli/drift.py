@@ -1,0 +1,154 @@
+"""`ragloop drift ...`: the evaluator-drift checks (`ragloop.experiments.drift`).
+
+ragloop drift status [--json]                     the accepted judge, refused ones, the latest rubric check
+ragloop drift qualify --judge NAME [--json]       a new judge against the stored human labels (>= 85%)
+ragloop drift check [--window-days 30] [--json]   tier-2 scores vs implicit satisfaction (flag < 0.6)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ragloop.cli.common import JsonOpt, console, fail, out, print_json, settings
+
+if TYPE_CHECKING:
+    from ragloop.improve.judge import Judge
+    from ragloop.store import Store
+
+drift_app = typer.Typer(no_args_is_help=True, help="Evaluator drift: judge qualification and the rubric check.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(drift_app, name="drift")
+
+
+def _store() -> Store:
+    from ragloop.store import Store
+
+    try:
+        return Store.open()
+    except Exception as exc:
+        fail(f"cannot open the store: {exc}")
+
+
+def stored_rejudge(store: Store, judge: Judge) -> Any:
+    """answer id -> the judge's overall score on the answer as it was served (the tier-1 job's payload)."""
+    from ragloop.improve.evaluate import _contexts
+    from ragloop.improve.judge import JudgeInput
+    from ragloop.models.chat import run_sync
+    from ragloop.store.vocabulary import Tier
+
+    def rejudge(answer_id: str) -> float | None:
+        payload = next(
+            (
+                j.payload
+                for j in store.queue.for_answer(answer_id)
+                if j.tier == Tier.HEURISTIC and "answer" in j.payload
+            ),
+            None,
+        )
+        if payload is None:
+            return None
+        item = JudgeInput(
+            question=str(payload.get("question", "")),
+            answer=str(payload.get("answer", "")),
+            contexts=_contexts(payload),
+            refused=bool(payload.get("refused", False)),
+        )
+        return run_sync(judge.evaluate(item)).overall
+
+    return rejudge
+
+
+@drift_app.command("status")
+def drift_status_cmd(json_: JsonOpt = False) -> None:
+    from ragloop.experiments.drift import drift_status
+
+    with _store() as store:
+        data = drift_status(store)
+    if json_:
+        print_json(data)
+        return
+    pin = data["accepted_judge"]
+    out.print(
+        f"accepted judge: {pin['model']} {pin['version']} prompt {pin['prompt_sha'][:12]}"
+        if pin
+        else "accepted judge: none qualified yet",
+        highlight=False,
+    )
+    rubric = data["rubric"]
+    if rubric is None:
+        out.print("rubric check: never run", highlight=False)
+    else:
+        ci = rubric["ci95"]
+        corr = "—" if rubric["correlation"] is None else f"{rubric['correlation']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+        line = f"rubric check ({rubric['window_end'][:10]}): {rubric['status']}, r = {corr}, n = {rubric['n']}"
+        (console if data["rubric_flagged"] else out).print(
+            f"[red]{line}[/]" if data["rubric_flagged"] else line, highlight=False
+        )
+
+
+@drift_app.command("qualify")
+def drift_qualify(
+    judge: Annotated[
+        str, typer.Option("--judge", help="Judge name (`chat:<model>`, `llm:<model>`, `embedding:minilm`...).")
+    ],
+    min_agreement: Annotated[float, typer.Option("--min-agreement", min=0.0, max=1.0)] = 0.85,
+    min_labels: Annotated[int, typer.Option("--min-labels", min=1)] = 30,
+    json_: JsonOpt = False,
+) -> None:
+    """Score the human-labelled answers with JUDGE; it replaces the accepted judge only if the 95%
+    interval of its agreement reaches --min-agreement (audited either way)."""
+    from ragloop.experiments.drift import Pin, qualify
+    from ragloop.improve.judge import make_judge
+
+    try:
+        j = make_judge(judge, settings())
+    except (ValueError, LookupError) as exc:
+        fail(str(exc))
+    with _store() as store:
+        p = j.pin
+        res = qualify(
+            store,
+            Pin(p.model, p.version, p.prompt_sha),
+            stored_rejudge(store, j),
+            min_agreement=min_agreement,
+            min_labels=min_labels,
+            actor="cli",
+        )
+    if json_:
+        print_json(res.to_json())
+    else:
+        out.print(f"{'ACCEPTED' if res.accepted else 'REFUSED'}: {res.reason}", highlight=False)
+    if not res.accepted:
+        raise typer.Exit(1)
+
+
+@drift_app.command("check")
+def drift_check(
+    window_days: Annotated[float, typer.Option("--window-days", min=0.01)] = 30.0,
+    min_correlation: Annotated[float, typer.Option("--min-correlation", min=-1.0, max=1.0)] = 0.6,
+    json_: JsonOpt = False,
+) -> None:
+    """Correlate the window's tier-2 scores with implicit satisfaction; below the bar the rubric is flagged."""
+    from ragloop.experiments.drift import rubric_check
+    from ragloop.improve.clock import SYSTEM_CLOCK
+
+    with _store() as store:
+        res = rubric_check(
+            store, SYSTEM_CLOCK.now(), window_s=window_days * 86400, min_correlation=min_correlation, actor="cli"
+        )
+    if json_:
+        print_json(res.to_json())
+        return
+    corr = (
+        "—"
+        if res.correlation is None or res.ci95 is None
+        else f"{res.correlation:.3f} [{res.ci95[0]:.3f}, {res.ci95[1]:.3f}]"
+    )
+    out.print(
+        f"rubric {res.status.value}: r = {corr}, n = {res.n}, dissatisfied {res.dissatisfied} ({res.signals})",
+        highlight=False,
+    )
