@@ -607,7 +607,7 @@ async def run(args: argparse.Namespace) -> None:
         rng = random.Random(SEED)
         llm_settings = Settings(home=BENCH_HOME, threads=args.llm_threads)
         inner = make_chat_model(args.llm, llm_settings)
-        recorder = Recorder(wrap(inner, settings=llm_settings, cache=True, cache_ttl_s=None, log=False, max_attempts=1))
+        recorder = Recorder(wrap(inner, settings=llm_settings, cache=True, cache_ttl_s=None, max_attempts=1))
         llm = LLMScorer(recorder, weights=ScorerWeights(scorer="uncalibrated"))
         fit_z: dict[str, np.ndarray] = {}
         rep_z: dict[str, np.ndarray] = {}

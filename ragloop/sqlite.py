@@ -1,7 +1,7 @@
 """One way to open a SQLite database: every ragloop SQLite file gets the same connection policy.
 
 The lowest layer (it imports only the standard library and SQLAlchemy), so the store, the ingest
-registry, the model call log and embedding cache, and the agent's memory all open their files here.
+registry, the chat-response and embedding caches, and the agent's memory all open their files here.
 
 The policy, on every connection:
 - `journal_mode=WAL`: readers never block the writer and the writer never blocks readers (the
@@ -13,9 +13,9 @@ The policy, on every connection:
 - `synchronous`, chosen per use with `durability`:
   - `"normal"` (`synchronous=NORMAL`): in WAL mode a commit is not fsynced; the database stays
     consistent through any crash, but a power loss (or OS crash) can drop the last transactions.
-    For data that is a cache, is re-derivable, or whose loss costs little: embedding cache, model
-    call log and usage ledger, and the service store (answers, evaluations, the job queue: written on
-    the request path, where an fsync per commit is latency; a killed process loses nothing committed).
+    For data that is a cache, is re-derivable, or whose loss costs little: embedding and chat-response
+    caches, and the service store (answers, evaluations, the job queue, the model call log: written
+    on the request path, where an fsync per commit is latency; a killed process loses nothing committed).
   - `"full"` (`synchronous=FULL`): every commit is fsynced before it returns. For records that
     must not be lost once acknowledged, or that must stay in step with files written beside them:
     the ingest registry (it says which files are indexed; losing a commit would make the index and

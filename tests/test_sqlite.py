@@ -15,7 +15,7 @@ from ragloop import sqlite
 from ragloop.agent.memory import ConversationLog, open_checkpointer
 from ragloop.ingest.registry import Registry
 from ragloop.models.cache import CachedEmbedder
-from ragloop.models.chat.db import ModelsDB
+from ragloop.models.chat.db import ChatCacheDB
 from ragloop.models.embedding import HashedEmbedder
 from ragloop.store.db import SQLITE_BUSY_TIMEOUT_S, make_engine
 
@@ -57,7 +57,7 @@ def test_in_memory_engines_skip_wal() -> None:
 def test_each_use_gets_its_durability(tmp_path: Path) -> None:
     store = make_engine(f"sqlite:///{tmp_path / 'ragloop.db'}")
     registry = Registry.for_directory(tmp_path / "kb")
-    models = ModelsDB(tmp_path / "models.sqlite")
+    models = ChatCacheDB(tmp_path / "cache" / "chat.sqlite")
     log = ConversationLog(f"sqlite:///{tmp_path / 'memory' / 'log.sqlite'}")
     try:
         for engine, sync in ((store, NORMAL), (registry.engine, FULL), (models.engine, NORMAL), (log.engine, FULL)):

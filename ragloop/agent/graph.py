@@ -27,6 +27,7 @@ from ragloop.agent.nodes.validate import validate_citations
 from ragloop.agent.runtime import NodeResult, Runtime, budget_exceeded
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import TraceRecord
+from ragloop.models.chat import call_scope
 
 NodeFn = Callable[[AgentState, Runtime], Awaitable[NodeResult]]
 NODES: dict[str, NodeFn] = {
@@ -51,7 +52,8 @@ def _bind(name: str, fn: NodeFn, rt: Runtime) -> Callable[[AgentState], Awaitabl
             reason = budget_exceeded(state, rt)
             if reason:
                 state = {**state, "termination_reason": reason}
-        res = await fn(state, rt)
+        with call_scope(step=name):  # the call log names the node that made each model call
+            res = await fn(state, rt)
         record = TraceRecord(
             node=name,
             decision=res.decision,

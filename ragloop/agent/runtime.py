@@ -16,7 +16,7 @@ from typing import Any
 from ragloop.agent.details import NodeDetail
 from ragloop.agent.search import SearchProvider, make_search_provider
 from ragloop.config import PipelineConfig, Settings
-from ragloop.models.chat import ChatModel, ChatRequest, ChatResponse, make_chat_model
+from ragloop.models.chat import CallPurpose, CallSink, ChatModel, ChatRequest, ChatResponse, make_wrapped
 from ragloop.models.scoring import Scorer, make_scorer
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.expansion import ExpansionLookup
@@ -57,17 +57,20 @@ class Runtime:
         scorers: dict[str, Scorer] | None = None,
         search: SearchProvider | None = None,
         expansion: ExpansionLookup | None = None,
+        calls: CallSink | None = None,
     ) -> Runtime:
         """Defaults from the config; tests pass doubles for any part. `expansion`: the semantic
-        query-expansion lookup the retriever consults (the service passes the remediation cache)."""
+        query-expansion lookup the retriever consults (the service passes the remediation cache).
+        A chat model built from the config gets the production wrappers (cache, retries) and, with
+        `calls` (the store's `model_calls`), the call log; a `chat` passed in is used as given."""
         settings: Settings = collection.settings
         agent = config.agent
         if chat is None and agent.chat_model:
-            chat = make_chat_model(agent.chat_model, settings)
+            chat = make_wrapped(agent.chat_model, settings, sink=calls, purpose=CallPurpose.ANSWER)
         given = scorers or {}
 
         def scorer(role: str, name: str) -> Scorer:
-            return given.get(role) or make_scorer(name, settings, chat_model=chat)
+            return given.get(role) or make_scorer(name, settings, chat_model=chat, calls=calls)
 
         if search is None and agent.external_search:
             search = make_search_provider(agent.external_search, settings, timeout_s=agent.external_timeout_s)

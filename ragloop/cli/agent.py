@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
 
 def _agent(collection: str, cfg: PipelineConfig) -> Agent:
     from ragloop.agent.build import build_agent
+    from ragloop.cli.calls import StoreCallLog
     from ragloop.models.errors import ModelError
     from ragloop.retrieval.collection import Collection, CollectionError, list_collections
 
@@ -41,7 +42,7 @@ def _agent(collection: str, cfg: PipelineConfig) -> Agent:
     if not coll.exists():
         fail(f"no collection named {collection!r}; known: {', '.join(list_collections(s)) or 'none'}")
     try:
-        return build_agent(coll, cfg)
+        return build_agent(coll, cfg, calls=StoreCallLog())
     except (CollectionError, ModelError, ValueError) as exc:
         fail(str(exc))
 
@@ -88,6 +89,16 @@ def _show(ans: Answer, trace: bool) -> None:
     )
 
 
+def _answer(agent: Agent, question: str, thread_id: str | None) -> tuple[Answer, str]:
+    """The answer, and the run id its model calls are logged under (`ragloop models calls --run ID`)."""
+    from ragloop.models.chat import CallPurpose, call_scope
+    from ragloop.store import new_id
+
+    run_id = new_id()
+    with call_scope(run_id=run_id, purpose=CallPurpose.ANSWER):
+        return agent.answer(question, thread_id=thread_id), run_id
+
+
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
     collection: CollectionOpt = "default",
@@ -100,9 +111,9 @@ def ask(
     if not question.strip():
         fail("the question is empty")
     agent = _agent(collection, _serving_config(config))
-    ans = agent.answer(question, thread_id=thread)
+    ans, run_id = _answer(agent, question, thread)
     if json_:
-        print_json(ans.to_json(with_trace=trace))
+        print_json(ans.to_json(with_trace=trace) | {"run_id": run_id})
     else:
         _show(ans, trace)
 
@@ -126,4 +137,4 @@ def chat(
             break
         if not q or q in ("/quit", "/exit"):
             break
-        _show(agent.answer(q, thread_id=thread_id), trace)
+        _show(_answer(agent, q, thread_id)[0], trace)

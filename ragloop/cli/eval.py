@@ -271,9 +271,11 @@ def golden_draft(
 
     coll = _collection(collection)
     if chat_model:
-        from ragloop.models.chat import make_chat_model, run_sync
+        from ragloop.cli.calls import StoreCallLog
+        from ragloop.models.chat import CallPurpose, make_wrapped, run_sync
 
-        items = run_sync(draft_llm(coll, make_chat_model(chat_model, settings()), n, seed))
+        model = make_wrapped(chat_model, settings(), sink=StoreCallLog(), purpose=CallPurpose.GOLDEN_DRAFT)
+        items = run_sync(draft_llm(coll, model, n, seed))
     else:
         items = draft_offline(coll, n, seed)
     save_golden(items, out_file)

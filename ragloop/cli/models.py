@@ -1,4 +1,5 @@
-"""`ragloop models list|pull|check`: what chat models exist, assemble/verify a local one, probe one."""
+"""`ragloop models list|pull|check|calls`: what chat models exist, assemble/verify a local one, probe one,
+read the call log."""
 
 from __future__ import annotations
 
@@ -152,3 +153,74 @@ def check_cmd(
         f"load and verify {data['load_s']} s",
         highlight=False,
     )
+
+
+@app.command("calls")
+def calls_cmd(
+    answer: Annotated[str | None, typer.Option("--answer", help="Only this answer's calls.")] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Only this run's calls (`ask --json` prints its run_id).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many (newest).")] = 50,
+    database_url: Annotated[
+        str | None, typer.Option("--database-url", help="Default: RAGLOOP_DATABASE_URL, else RAGLOOP_HOME/ragloop.db.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The call log (the database's `model_calls`): every logged model call with its answer, run,
+    purpose, graph step, tokens, latency and cost, plus per-model totals of the calls shown."""
+    from ragloop.store import Store
+
+    with Store.open(database_url) as store:
+        if answer is not None:
+            rows = store.model_calls.for_answer(answer)
+        elif run is not None:
+            rows = store.model_calls.for_run(run)
+        else:
+            rows = list(reversed(store.model_calls.recent(limit=limit)))
+    rows = rows[-limit:]
+    calls: list[dict[str, Any]] = [
+        {
+            "call_id": r.call_id,
+            "created_at": r.created_at.isoformat(),
+            "answer_id": r.answer_id,
+            "run_id": r.run_id,
+            "purpose": r.purpose,
+            "step": r.step,
+            "model": r.model,
+            "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": r.completion_tokens,
+            "latency_ms": r.latency_ms,
+            "cost_usd": r.cost_usd,
+            "cached": r.cached,
+            "error": r.error,
+        }
+        for r in rows
+    ]
+    totals: dict[str, dict[str, Any]] = {}
+    for c in calls:
+        t = totals.setdefault(c["model"], {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        t["calls"] += 1
+        t["cached"] += int(c["cached"])
+        if not c["cached"]:
+            t["prompt_tokens"] += c["prompt_tokens"]
+            t["completion_tokens"] += c["completion_tokens"]
+    if as_json:
+        _emit_json({"calls": calls, "totals": totals})
+        return
+    table = Table(title=f"model calls ({len(calls)})")
+    for col in ("when", "answer / run", "purpose", "step", "model", "tokens in/out", "ms", "cached", "error"):
+        table.add_column(col)
+    for c in calls:
+        table.add_row(
+            c["created_at"][:19],
+            c["answer_id"] or f"run {c['run_id'] or '-'}",
+            c["purpose"],
+            c["step"] or "-",
+            c["model"],
+            f"{c['prompt_tokens']}/{c['completion_tokens']}",
+            f"{c['latency_ms']:.0f}" if c["latency_ms"] is not None else "-",
+            _yes_no(c["cached"]),
+            (c["error"] or "")[:60],
+        )
+    _out.print(table)

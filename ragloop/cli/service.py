@@ -141,8 +141,8 @@ def worker(
     except ValueError as exc:
         fail(str(exc))
     store = _store(database_url)
-    judge = make_judge(cfg.judge, s) if cfg.judge and not no_judge else None
-    support = make_scorer(cfg.heuristic_support, s) if cfg.heuristic_support else None
+    judge = make_judge(cfg.judge, s, calls=store.model_calls) if cfg.judge and not no_judge else None
+    support = make_scorer(cfg.heuristic_support, s, calls=store.model_calls) if cfg.heuristic_support else None
     w = EvaluationWorker(
         store,
         cfg,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ragloop.config import PipelineConfig, Settings
@@ -40,6 +41,7 @@ from ragloop.improve.paraphrase import ChatParaphraser, OfflineParaphraser, Para
 from ragloop.improve.proposals import Context, spec_for
 from ragloop.improve.served import Collections, ServedAnswer, load_served, pipeline_config, ranking
 from ragloop.improve.types import Diagnosis, DiagnosisInput, FailureMode, KnowledgeGapEvidence, Thresholds
+from ragloop.models.chat.calllog import CallPurpose, CallScope, call_scope
 from ragloop.models.scoring import make_scorer
 from ragloop.models.scoring.base import Scorer
 from ragloop.retrieval.collection import Collection
@@ -51,6 +53,13 @@ log = logging.getLogger("ragloop.improve")
 
 DIAGNOSIS_TIER = Tier.DIAGNOSIS
 PARAPHRASE_FAILED = "chat model failed"
+
+
+def job_call_scope(job: Job) -> AbstractContextManager[CallScope]:
+    """Attribute the model calls made for an evaluation or diagnosis job (judge, scorer, paraphrases, gap
+    questions) to the job's answer in the call log, under the job's tier as purpose and its id as run id."""
+    purpose = CallPurpose(job.tier) if job.tier in {p.value for p in CallPurpose} else None
+    return call_scope(answer_id=job.answer_id, run_id=job.job_id, purpose=purpose)
 
 
 def request_diagnosis(store: Store, answer_id: str, reasons: list[str]) -> Job:
@@ -152,6 +161,10 @@ class DiagnosisEngine:
         return JobOutcome.COMPLETED if done is Outcome.SKIPPED else JobOutcome(str(done))
 
     async def process_job(self, job: Job, worker_id: str) -> Done:
+        with job_call_scope(job):
+            return await self._process_job(job, worker_id)
+
+    async def _process_job(self, job: Job, worker_id: str) -> Done:
         try:
             served = await asyncio.to_thread(load_served, self.store, job.answer_id)
             if served is None:
@@ -203,7 +216,7 @@ class DiagnosisEngine:
 
     def scorer(self) -> Scorer:
         if self._scorer is None:
-            self._scorer = make_scorer(self.config.scorer, self.settings)
+            self._scorer = make_scorer(self.config.scorer, self.settings, calls=self.store.model_calls)
         return self._scorer
 
     def _chat_model(self, name: str | None) -> Any:
@@ -212,9 +225,9 @@ class DiagnosisEngine:
         if not name:
             return None
         if name not in self._chat:
-            from ragloop.models.chat import make_chat_model
+            from ragloop.models.chat import make_wrapped
 
-            self._chat[name] = make_chat_model(name, self.settings)
+            self._chat[name] = make_wrapped(name, self.settings, sink=self.store.model_calls)
         return self._chat[name]
 
     def _diagnoser(self, coll: Collection, config: PipelineConfig) -> tuple[Diagnoser, Retriever]:

@@ -109,6 +109,7 @@ class ChatQuestions:
 
     async def write(self, question: str, ideal_answers: Sequence[str]) -> tuple[list[str], str]:
         from ragloop.models.chat.base import ChatRequest
+        from ragloop.models.chat.calllog import call_scope
 
         req = ChatRequest.user(
             PROMPT.format(question=question, ideal="\n".join(ideal_answers[:3]) or "(none given)", n=self.n),
@@ -118,7 +119,8 @@ class ChatQuestions:
             timeout_s=self.timeout_s,
         )
         try:
-            resp = await self.model.request(req)
+            with call_scope(step="gap_questions"):
+                resp = await self.model.request(req)
         except (ModelError, TimeoutError) as exc:
             got, _ = await self.fallback.write(question, ideal_answers)
             return got, f"template (chat model failed: {type(exc).__name__})"

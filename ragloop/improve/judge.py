@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from ragloop.config import Settings
 from ragloop.evaluation.metrics import answer as metrics
-from ragloop.models.chat import ChatModel, ChatRequest
+from ragloop.models.chat import CallPurpose, CallSink, ChatModel, ChatRequest
 from ragloop.models.scoring import make_scorer
 from ragloop.models.scoring.base import Judgement, Scorer
 
@@ -244,13 +244,15 @@ class ChatJudge(Judge):
         await self.model.aclose()
 
 
-def make_judge(name: str, settings: Settings | None = None) -> Judge:
+def make_judge(name: str, settings: Settings | None = None, *, calls: CallSink | None = None) -> Judge:
     """`chat:<chat model name>` -> `ChatJudge`; any scorer name (`llm:<chat model>`, `embedding:minilm`,
-    `lexical`) -> `ScorerJudge`."""
+    `lexical`) -> `ScorerJudge`. A chat model gets the production wrappers and, with `calls` (the store's
+    `model_calls`), the call log; the worker attributes each call to the job's answer (`call_scope`)."""
     settings = settings or Settings.from_env()
     name = name.strip()
     if name.startswith("chat:"):
-        from ragloop.models.chat import make_chat_model
+        from ragloop.models.chat import make_wrapped
 
-        return ChatJudge(make_chat_model(name.removeprefix("chat:"), settings))
-    return ScorerJudge(make_scorer(name, settings))
+        model = make_wrapped(name.removeprefix("chat:"), settings, sink=calls, purpose=CallPurpose.LLM_JUDGE)
+        return ChatJudge(model)
+    return ScorerJudge(make_scorer(name, settings, calls=calls))

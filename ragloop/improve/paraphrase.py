@@ -192,6 +192,7 @@ class ChatParaphraser:
 
     async def paraphrase(self, question: str, n: int = 3) -> list[QueryVariant]:
         from ragloop.models.chat.base import ChatRequest
+        from ragloop.models.chat.calllog import call_scope
 
         req = ChatRequest.user(
             PROMPT.format(n=n, question=question),
@@ -203,7 +204,8 @@ class ChatParaphraser:
         got: list[str] = []
         reason = "chat model gave fewer paraphrases"
         try:
-            resp = await self.model.request(req)
+            with call_scope(step="paraphrase"):
+                resp = await self.model.request(req)
             parsed = resp.parsed if isinstance(resp.parsed, _Paraphrases) else None
             got = [p.strip() for p in (parsed.paraphrases if parsed else []) if p.strip()]
         except (ModelError, TimeoutError) as exc:

@@ -77,5 +77,5 @@ class StructuredOutputError(ModelError):
         self.model = model
         self.raw_text = raw_text
         self.errors = errors
-        self.prompt_tokens = prompt_tokens  # spent on the failed attempts, for the ledger
+        self.prompt_tokens = prompt_tokens  # spent on the failed attempts, for the call log
         self.completion_tokens = completion_tokens

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 
+from ragloop.models.chat import CallPurpose, call_scope
 from ragloop.retrieval.collection import CollectionError
 from ragloop.service.auth import Caller
 from ragloop.service.pipelines import NoSuchCollectionError, NotIndexedError, Served
@@ -96,17 +97,21 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
     route = svc.experiments.route(stored_session(caller, turn.session_id)) if svc.experiments else None
     served = await _served(svc, turn, route.version_id if route else None)
     thread = stored_session(caller, turn.session_id) if turn.remember else None
+    answer_id = new_id()
     final: Answer | None = None
     attempts = [served]
     while attempts:
         current = attempts.pop(0)
         try:
+            # the graph's model calls are logged under the answer's id as run id (the answer row does not
+            # exist yet) and linked to the answer in the transaction that stores it (`AnswerRecorder`)
             async with svc.slots():
-                async for ev in current.agent.astream(turn.question, thread):
-                    if ev["event"] == "node":
-                        yield {k: v for k, v in ev.items() if k != "event"} | {"event": "node"}
-                    elif ev["event"] == "answer":
-                        final = ev["answer"]
+                with call_scope(run_id=answer_id, purpose=CallPurpose.ANSWER):
+                    async for ev in current.agent.astream(turn.question, thread):
+                        if ev["event"] == "node":
+                            yield {k: v for k, v in ev.items() if k != "event"} | {"event": "node"}
+                        elif ev["event"] == "answer":
+                            final = ev["answer"]
             served = current
             break
         except Exception as exc:
@@ -127,7 +132,7 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
     final = final.with_version(served.version_id)
     latency_ms = round((time.perf_counter() - t0) * 1000)
     rec = AnswerRecord(
-        answer_id=new_id(),
+        answer_id=answer_id,
         session_id=stored_session(caller, turn.session_id),
         user_id=caller.key_id,
         question=turn.question,

@@ -106,12 +106,12 @@ def create_app(
     eval_worker: EvaluationWorker | None = None
     if run_worker:
         if judge is None and cfg.judge:
-            judge = make_judge(cfg.judge, settings)
+            judge = make_judge(cfg.judge, settings, calls=store.model_calls)
         support = None
         if cfg.heuristic_support:
             from ragloop.models.scoring import make_scorer
 
-            support = make_scorer(cfg.heuristic_support, settings)
+            support = make_scorer(cfg.heuristic_support, settings, calls=store.model_calls)
         eval_worker = EvaluationWorker(
             store,
             cfg,

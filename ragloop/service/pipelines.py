@@ -10,6 +10,7 @@ collection: when the active version cannot be built or fails, that one serves in
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ragloop.agent.memory import ConversationMemory
 from ragloop.config import PipelineConfig, Settings
+from ragloop.models.chat import CallSink
 from ragloop.retrieval.collection import Collection, CollectionError
 from ragloop.service.memory import service_memory
 from ragloop.store import Store
@@ -42,13 +44,14 @@ class NotIndexedError(RuntimeError):
     pass
 
 
-def default_agent_factory(collection: Collection, config: PipelineConfig) -> Agent:
+def default_agent_factory(collection: Collection, config: PipelineConfig, calls: CallSink | None = None) -> Agent:
     """The agent with the collection's semantic expansion cache (the remediation's entries: Redis
-    with RAGLOOP_REDIS_URL, else the collection registry) wired into its retriever."""
+    with RAGLOOP_REDIS_URL, else the collection registry) wired into its retriever, and its model
+    calls logged to `calls` (the store's `model_calls`)."""
     from ragloop.agent.build import build_agent
     from ragloop.improve.remediation import serving_expansion
 
-    return build_agent(collection, config, expansion=serving_expansion(collection))
+    return build_agent(collection, config, expansion=serving_expansion(collection), calls=calls)
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class AgentManager:
     ) -> None:
         self.settings = settings
         self.store = store
-        self.factory = factory or default_agent_factory
+        self.factory = factory or functools.partial(default_agent_factory, calls=store.model_calls)
         self.memory = memory or service_memory(store.db.engine.url, settings)
         self._collections: dict[str, Collection] = {}
         self._agents: OrderedDict[tuple[str, str, int | None], Agent] = OrderedDict()

@@ -6,7 +6,8 @@ of the server lost 2 of 118 returned answers on PostgreSQL and 7 of 77 on SQLite
 held the write lock for 3 s): the client had an id that was never stored and never evaluated.
 
 `AnswerRecorder.store()` commits the query + answer rows and the `heuristic` job in one
-transaction (outbox style: neither exists without the other) and returns only after the commit;
+transaction (outbox style: neither exists without the other; the same transaction links the model
+calls the graph logged under the answer id as run id to the answer) and returns only after the commit;
 the callers (`answering.answer_events`, hence both SSE streams) send nothing carrying the id
 before it returns. The write runs in a thread, so the event loop keeps serving.
 
@@ -227,6 +228,7 @@ class AnswerRecorder:
                 variant=rec.variant,
             )
             self.store.queue.enqueue(rec.answer_id, Tier.HEURISTIC, payload.stored())
+            self.store.model_calls.link(rec.answer_id, run_id=rec.answer_id)  # the graph's calls (answering.py)
             if not gate.begin_commit():
                 log.warning(
                     "answer %s: the write got through after %.1f s, past its deadline: rolled back, the client got 503",

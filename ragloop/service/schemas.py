@@ -313,3 +313,34 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready"]
     checks: dict[str, str]
+
+
+# --------------------------------------------------------------------------- call log
+
+
+class ModelCallPublic(_Out):
+    """One logged model call (`model_calls`): prompts and responses included, hence admin only."""
+
+    call_id: str
+    answer_id: str | None
+    run_id: str | None
+    purpose: str = Field(description="answer, heuristic, llm_judge, diagnosis, golden_draft or unattributed.")
+    step: str | None = Field(description="The answer-graph node (or diagnosis step) that made the call.")
+    model: str
+    prompt: list[Any]
+    response: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float | None
+    cost_usd: float | None = Field(description="USD; null when no price is known for the model; 0 for cache hits.")
+    cached: bool
+    error: str | None
+    created_at: datetime
+
+
+class ModelCallsPublic(_Out):
+    answer_id: str
+    calls: list[ModelCallPublic]
+    prompt_tokens: int = Field(description="Spent by the calls (cache hits excluded).")
+    completion_tokens: int
+    cost_usd: float | None = Field(description="Summed over priced calls; null when none is priced.")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ragloop.improve.engine import DIAGNOSIS_TIER, DiagnosisEngine
+from ragloop.improve.engine import DIAGNOSIS_TIER, DiagnosisEngine, job_call_scope
 from ragloop.improve.evaluate import OnlineEvaluator, Outcome
 from ragloop.improve.judge import Judge
 from ragloop.improve.tier1 import PRIOR, HeuristicModel
@@ -182,7 +182,8 @@ class EvaluationWorker:
                 outcome = await self.diagnosis.process(job, self.worker_id)
                 self._remediation_due |= self.remediation is not None and outcome == Outcome.COMPLETED
             else:
-                outcome = await self.evaluator.process(job, self.worker_id)
+                with job_call_scope(job):  # the judge's and scorer's calls are logged against the answer
+                    outcome = await self.evaluator.process(job, self.worker_id)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -362,7 +362,11 @@ class ImprovementAuditLog(Base):
 
 
 class ModelCall(Base):
-    """One call to a model (chat, judge, embedder): the raw material of the improvement loop."""
+    """One call to a model (chat, judge, scorer): the raw material of the improvement loop, and the
+    only call log and usage ledger (`ragloop.models.chat.calllog.Logged` writes it). `purpose` is a
+    `ragloop.models.chat.CallPurpose`; `step` the answer-graph node that made the call; `answer_id` the answer it served
+    (an answer's own calls are written with `run_id` = the answer id before the answer exists, and
+    linked in the transaction that stores it)."""
 
     __tablename__ = "model_calls"
 
@@ -380,6 +384,8 @@ class ModelCall(Base):
     latency_ms: Mapped[float | None] = mapped_column(Float)
     cost_usd: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
+    cached: Mapped[bool] = mapped_column(Boolean, default=False)
+    step: Mapped[str | None] = mapped_column(SHORT)
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
 

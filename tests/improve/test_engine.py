@@ -42,9 +42,19 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
-def serve(store: Store, coll: Collection, question: str, answer: str, docs: Sequence[str], *, k: int = 2) -> str:
-    """Record a served answer as the recorder does (answer + tier-1 job payload); `docs` in served order."""
-    config = HASHED.with_overrides(retrieval={"k": k})
+def serve(
+    store: Store,
+    coll: Collection,
+    question: str,
+    answer: str,
+    docs: Sequence[str],
+    *,
+    k: int = 2,
+    agent: dict[str, object] | None = None,
+) -> str:
+    """Record a served answer as the recorder does (answer + tier-1 job payload); `docs` in served order;
+    `agent`: overrides of the serving pipeline's agent section."""
+    config = HASHED.with_overrides(retrieval={"k": k}, **({"agent": agent} if agent else {}))
     version = store.pipelines.register_config(config).version_id
     by_doc = {c.doc_id: c for c in coll.load().chunks}
     retrieved = [
@@ -260,6 +270,22 @@ def test_a_chat_model_writes_the_paraphrases_and_the_gap_questions(store: Store,
         "chat:test:writer",
         ["At what temperature does liquid nitrogen boil?"],
     )
+
+
+def test_the_diagnosis_chat_calls_are_logged_against_the_answer(store: Store, coll: Collection) -> None:
+    """Without an override the engine builds the serving pipeline's chat model, wrapped and logged to the store."""
+    aid = serve(
+        store, coll, GAP_Q, "The bridge spans the Vell [1].", ["bridge.md"], agent={"chat_model": "test:scripted"}
+    )
+    store.feedback.add(aid, "negative", corrected_answer=GAP_FIX)
+    assert asyncio.run(engine(store).run_pass("w")).to_json()["outcomes"] == {"completed": 1}
+    (job,) = [j for j in store.queue.for_answer(aid) if j.tier == DIAGNOSIS_TIER]
+    calls = store.model_calls.for_answer(aid)
+    assert [(c.purpose, c.step, c.model, c.run_id) for c in calls] == [
+        ("diagnosis", "paraphrase", "test:scripted", job.job_id),
+        ("diagnosis", "gap_questions", "test:scripted", job.job_id),
+    ]
+    assert all(c.prompt_tokens > 0 and c.latency_ms is not None and c.error is None for c in calls)
 
 
 def test_two_racing_passes_diagnose_each_answer_once(store_url: str, coll: Collection) -> None:

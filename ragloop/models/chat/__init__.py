@@ -19,12 +19,25 @@ from ragloop.models.chat.base import (
     run_sync,
 )
 from ragloop.models.chat.cache import Cached
-from ragloop.models.chat.db import ModelsDB
-from ragloop.models.chat.ledger import DEFAULT_PRICES, Logged, Price, PriceTable, call_rows, ledger_rows
+from ragloop.models.chat.calllog import (
+    DEFAULT_PRICES,
+    CallPurpose,
+    CallRecord,
+    CallScope,
+    CallSink,
+    Logged,
+    MemorySink,
+    Price,
+    PriceTable,
+    call_scope,
+    current_scope,
+)
+from ragloop.models.chat.db import ChatCacheDB
 from ragloop.models.chat.registry import (
     ModelInfo,
     list_models,
     make_chat_model,
+    make_wrapped,
     providers,
     register_provider,
     wrap,
@@ -36,14 +49,19 @@ from ragloop.models.chat.wrappers import RateLimited, Retrying, WrapperModel
 __all__ = [
     "DEFAULT_PRICES",
     "Cached",
+    "CallPurpose",
+    "CallRecord",
+    "CallScope",
+    "CallSink",
+    "ChatCacheDB",
     "ChatModel",
     "ChatRequest",
     "ChatResponse",
     "FunctionModel",
     "Logged",
+    "MemorySink",
     "Message",
     "ModelInfo",
-    "ModelsDB",
     "Price",
     "PriceTable",
     "RateLimited",
@@ -54,11 +72,12 @@ __all__ = [
     "Usage",
     "WrapperModel",
     "block_real_calls",
-    "call_rows",
+    "call_scope",
+    "current_scope",
     "estimate_tokens",
-    "ledger_rows",
     "list_models",
     "make_chat_model",
+    "make_wrapped",
     "providers",
     "real_calls",
     "register_provider",

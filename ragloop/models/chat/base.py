@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import hashlib
 import json
 import math
@@ -161,14 +162,15 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from synchronous code (the CLI, scripts, notebooks).
 
     Inside a running event loop (a notebook) the coroutine runs on a fresh loop in a worker
-    thread instead of failing.
+    thread instead of failing, with the caller's context variables (the call log's `call_scope`).
     """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
+    ctx = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(ctx.run, asyncio.run, coro).result()
 
 
 def estimate_tokens(text: str) -> int:

@@ -1,4 +1,4 @@
-"""`Cached`: a SQLite response cache keyed by the request hash, with a TTL and a size cap.
+"""`Cached`: a SQLite response cache (`ChatCacheDB`) keyed by the request hash, with a TTL and a size cap.
 
 A hit is returned with `cached=True` and the latency the original call took (so latency
 reports stay honest about what the model costs); structured output is re-validated from the
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, delete, func, select, update
 
 from ragloop.models.chat.base import ChatModel, ChatRequest, ChatResponse
-from ragloop.models.chat.db import ModelsDB, chat_cache
+from ragloop.models.chat.db import ChatCacheDB, chat_cache
 from ragloop.models.chat.wrappers import WrapperModel
 
 
@@ -22,7 +22,7 @@ class Cached(WrapperModel):
     def __init__(
         self,
         inner: ChatModel,
-        db: ModelsDB,
+        db: ChatCacheDB,
         *,
         ttl_s: float | None = 7 * 86400,
         max_entries: int | None = 100_000,

@@ -1,8 +1,9 @@
 """`"provider:name"` -> chat model. Providers: `openai`, `local`, `test` (and any registered later).
 
 `make_chat_model("local:smollm2-135m")` builds the bare backend; `wrap(...)` stacks the
-production wrappers around it; `list_models()` describes what is available and, for local
-models, whether their packages are installed and their file verified.
+production wrappers around it (`make_wrapped` does both: what production code calls);
+`list_models()` describes what is available and, for local models, whether their packages are
+installed and their file verified.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from ragloop.config.settings import Settings
 from ragloop.models.chat.base import ChatModel, ChatRequest
+from ragloop.models.chat.calllog import CallSink
 from ragloop.models.errors import UnknownModelError
 
 
@@ -79,21 +81,23 @@ def wrap(
     model: ChatModel,
     *,
     settings: Settings | None = None,
-    db: Any = None,
+    sink: CallSink | None = None,
+    purpose: str | None = None,
+    cache_db: Any = None,
     rpm: float | None = None,
     tpm: float | None = None,
     max_attempts: int = 5,
     cache: bool = True,
     cache_ttl_s: float | None = 7 * 86400,
-    log: bool = True,
-    run_id: str | None = None,
 ) -> ChatModel:
-    """`Logged(Cached(Retrying(RateLimited(model))))`, each layer optional. `db` defaults to
-    `settings.home / "models.sqlite"`, opened here and closed by the result's `aclose()`;
-    a `db` passed in stays the caller's to close."""
+    """The one place production models get their wrappers: `Logged(Cached(Retrying(RateLimited(model))))`,
+    each layer optional. Logged only when a `sink` is given (the service database's `model_calls`:
+    pass `store.model_calls`); `purpose` labels calls made outside any `call_scope` that names one.
+    The cache file defaults to `settings.home / "cache" / "chat.sqlite"`, opened here and closed by the
+    result's `aclose()`; a `cache_db` passed in stays the caller's to close."""
     from ragloop.models.chat.cache import Cached
-    from ragloop.models.chat.db import ModelsDB
-    from ragloop.models.chat.ledger import Logged
+    from ragloop.models.chat.calllog import Logged
+    from ragloop.models.chat.db import ChatCacheDB
     from ragloop.models.chat.wrappers import RateLimited, Retrying
 
     out: ChatModel = model
@@ -101,14 +105,22 @@ def wrap(
         out = RateLimited(out, rpm=rpm, tpm=tpm)
     if max_attempts > 1:
         out = Retrying(out, max_attempts=max_attempts)
-    owned = (cache or log) and db is None
-    if cache or log:
-        db = db if db is not None else ModelsDB.for_settings(settings)
     if cache:
-        out = Cached(out, db, ttl_s=cache_ttl_s, close_db=owned and not log)
-    if log:
-        out = Logged(out, db, run_id=run_id, close_db=owned)
+        owned = cache_db is None
+        db = cache_db if cache_db is not None else ChatCacheDB.for_settings(settings)
+        out = Cached(out, db, ttl_s=cache_ttl_s, close_db=owned)
+    if sink is not None:
+        out = Logged(out, sink, purpose=purpose)
     return out
+
+
+def make_wrapped(
+    name: str, settings: Settings | None = None, *, sink: CallSink | None = None, purpose: str | None = None
+) -> ChatModel:
+    """`wrap(make_chat_model(name))`: what every production caller (agent builder, judge, scorer and
+    diagnosis factories) uses, so no model call escapes the cache, retries and the call log."""
+    settings = settings or Settings.from_env()
+    return wrap(make_chat_model(name, settings), settings=settings, sink=sink, purpose=purpose)
 
 
 # --- built-in providers -------------------------------------------------------------------------

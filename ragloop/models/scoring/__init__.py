@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ragloop.config.settings import Settings
 from ragloop.models.chat.base import ChatModel
+from ragloop.models.chat.calllog import CallSink
 from ragloop.models.errors import UnknownModelError
 from ragloop.models.scoring.base import Judgement, Scorer
 from ragloop.models.scoring.calibration import (
@@ -159,10 +160,17 @@ def passage_embed_texts(text: str) -> list[str]:
     return list(dict.fromkeys([*passage_strips(text), *chunk_strips(text), *([whole] if whole else [])]))
 
 
-def make_scorer(name: str, settings: Settings | None = None, chat_model: ChatModel | None = None) -> Scorer:
+def make_scorer(
+    name: str,
+    settings: Settings | None = None,
+    chat_model: ChatModel | None = None,
+    *,
+    calls: CallSink | None = None,
+) -> Scorer:
     """A scorer by `"provider:name"` (see the module docstring). `chat_model` is the model an
     `llm:` scorer (or a combined scorer with an `llm` component) uses instead of building one
-    from the name, e.g. a wrapped, cached model."""
+    from the name; one built from the name gets the production wrappers, and with `calls` (the
+    store's `model_calls`) the call log."""
     from ragloop.models import make_embedder
 
     settings = settings or Settings.from_env()
@@ -181,15 +189,16 @@ def make_scorer(name: str, settings: Settings | None = None, chat_model: ChatMod
         if chat_model is None:
             if not rest:
                 raise UnknownModelError("name the chat model after llm:, e.g. llm:local:qwen2.5-coder-1.5b")
-            from ragloop.models.chat.registry import make_chat_model
+            from ragloop.models.chat.registry import make_wrapped
 
-            chat_model = make_chat_model(rest, settings)
+            chat_model = make_wrapped(rest, settings, sink=calls)
         return LLMScorer(chat_model, name=f"llm:{rest or chat_model.name}")
     if provider == "combined":
         ref = "combined-default" if rest in ("", "default") else rest
         weights = _weights(ref, settings, "combined")
         components = {
-            prefix: make_scorer(component, settings, chat_model) for prefix, component in weights.components.items()
+            prefix: make_scorer(component, settings, chat_model, calls=calls)
+            for prefix, component in weights.components.items()
         }
         return CombinedScorer(weights, components, name=f"combined:{rest or 'default'}")
     if provider == "reader":

@@ -1,5 +1,6 @@
 """Answers, feedback and evaluations: `GET /v1/answers/{id}`, `POST /v1/answers/{id}/feedback`,
-`GET /v1/evaluations/{answer_id}` (the tier evaluations and the failure diagnosis)."""
+`GET /v1/evaluations/{answer_id}` (the tier evaluations and the failure diagnosis), and for admins
+`GET /v1/answers/{id}/model-calls` (the call log's rows for the answer)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ragloop.improve.engine import request_diagnosis
 from ragloop.improve.payload import StoredTrace
 from ragloop.improve.routing import route_feedback
 from ragloop.service.answering import public_session
-from ragloop.service.deps import CallerDep, ServiceDep
+from ragloop.service.deps import AdminDep, CallerDep, ServiceDep
 from ragloop.service.routes._common import ID_PATTERN, answer_citations, evaluation_public, owned_answer
 from ragloop.service.routes.improve import diagnosis_public
 from ragloop.service.schemas import (
@@ -22,6 +23,8 @@ from ragloop.service.schemas import (
     EvaluationsPublic,
     FeedbackCreate,
     FeedbackPublic,
+    ModelCallPublic,
+    ModelCallsPublic,
 )
 from ragloop.store import feedback_weight
 from ragloop.store.vocabulary import EVALUATION_TIERS, Tier
@@ -52,6 +55,29 @@ async def get_answer(answer_id: AnswerId, svc: ServiceDep, caller: CallerDep) ->
         degraded=trace.degraded,
         created_at=answer.created_at,
         trace=trace.stored(),
+    )
+
+
+@router.get(
+    "/v1/answers/{answer_id}/model-calls",
+    response_model=ModelCallsPublic,
+    responses=NOT_FOUND,
+    summary="An answer's model calls (admin)",
+)
+async def get_model_calls(answer_id: AnswerId, svc: ServiceDep, caller: AdminDep) -> ModelCallsPublic:
+    """Every model call made for the answer, oldest first: its answer graph's (each with the node that
+    made it), its tier-2 judge's and its diagnosis's, with tokens, latency and cost."""
+    await owned_answer(svc, caller, answer_id)
+    rows = await asyncio.to_thread(svc.store.model_calls.for_answer, answer_id)
+    calls = [ModelCallPublic.model_validate(r) for r in rows]
+    paid = [c for c in calls if not c.cached]
+    priced = [c.cost_usd for c in calls if c.cost_usd is not None]
+    return ModelCallsPublic(
+        answer_id=answer_id,
+        calls=calls,
+        prompt_tokens=sum(c.prompt_tokens for c in paid),
+        completion_tokens=sum(c.completion_tokens for c in paid),
+        cost_usd=round(sum(priced), 8) if priced else None,
     )
 
 

@@ -1,5 +1,6 @@
-"""Model calls with tokens, latency and cost. Its own module because it is the cost ledger: written by
-every model client and read only for usage totals."""
+"""Model calls with tokens, latency and cost: the one call log and cost ledger. Every production model
+call is written here by `ragloop.models.chat.calllog.Logged`, for which this repository is the sink
+(`record` has the `CallSink` signature; the model layer never imports the store)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select, update
 
 from ragloop.store.db import Database
 from ragloop.store.models import ModelCall
@@ -22,6 +23,7 @@ class ModelUsage:
     completion_tokens: int
     cost_usd: float
     errors: int
+    cached: int = 0
 
 
 class ModelCalls:
@@ -44,6 +46,8 @@ class ModelCalls:
         answer_id: str | None = None,
         run_id: str | None = None,
         error: str | None = None,
+        cached: bool = False,
+        step: str | None = None,
     ) -> ModelCall:
         """`prompt` is the message list (a plain string is stored as one user message)."""
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
@@ -60,28 +64,56 @@ class ModelCalls:
                 answer_id=answer_id,
                 run_id=run_id,
                 error=error,
+                cached=cached,
+                step=step,
             )
             s.add(row)
             s.flush()
             return row
 
+    def link(self, answer_id: str, *, run_id: str) -> int:
+        """Attribute the calls logged under `run_id` (made before the answer existed) to `answer_id`; joins the
+        caller's transaction, so the answer and its calls' link commit together. Returns the rows linked."""
+        with self.db.transaction() as s:
+            stmt = update(ModelCall).where(ModelCall.run_id == run_id, ModelCall.answer_id.is_(None))
+            result = s.execute(stmt.values(answer_id=answer_id).execution_options(synchronize_session=False))
+            return int(getattr(result, "rowcount", 0) or 0)
+
     def for_answer(self, answer_id: str) -> list[ModelCall]:
+        """Every call made for the answer (its graph's, its judge's, its diagnosis's), oldest first."""
         with self.db.transaction(write=False) as s:
             stmt = select(ModelCall).where(ModelCall.answer_id == answer_id)
             return list(s.scalars(stmt.order_by(ModelCall.created_at, ModelCall.call_id)))
 
+    def for_run(self, run_id: str) -> list[ModelCall]:
+        with self.db.transaction(write=False) as s:
+            stmt = select(ModelCall).where(ModelCall.run_id == run_id)
+            return list(s.scalars(stmt.order_by(ModelCall.created_at, ModelCall.call_id)))
+
+    def recent(self, *, limit: int = 100, purpose: str | None = None) -> list[ModelCall]:
+        """The latest calls, newest first."""
+        stmt = select(ModelCall)
+        if purpose is not None:
+            stmt = stmt.where(ModelCall.purpose == purpose)
+        with self.db.transaction(write=False) as s:
+            return list(s.scalars(stmt.order_by(ModelCall.created_at.desc(), ModelCall.call_id.desc()).limit(limit)))
+
     def usage(self, *, since: datetime | None = None) -> list[ModelUsage]:
-        """Totals per model."""
+        """Totals per model: every call counts, tokens only where they were spent (not cache hits)."""
+        paid = ModelCall.cached.is_(False)
         stmt = select(
             ModelCall.model,
             func.count(),
-            func.coalesce(func.sum(ModelCall.prompt_tokens), 0),
-            func.coalesce(func.sum(ModelCall.completion_tokens), 0),
+            func.coalesce(func.sum(case((paid, ModelCall.prompt_tokens), else_=0)), 0),
+            func.coalesce(func.sum(case((paid, ModelCall.completion_tokens), else_=0)), 0),
             func.coalesce(func.sum(ModelCall.cost_usd), 0.0),
             func.count(ModelCall.error),
+            func.coalesce(func.sum(case((ModelCall.cached.is_(True), 1), else_=0)), 0),
         ).group_by(ModelCall.model)
         if since is not None:
             stmt = stmt.where(ModelCall.created_at >= since)
         with self.db.transaction(write=False) as s:
             rows = s.execute(stmt.order_by(ModelCall.model)).all()
-        return [ModelUsage(r[0], int(r[1]), int(r[2]), int(r[3]), float(r[4] or 0.0), int(r[5])) for r in rows]
+        return [
+            ModelUsage(r[0], int(r[1]), int(r[2]), int(r[3]), float(r[4] or 0.0), int(r[5]), int(r[6])) for r in rows
+        ]
