@@ -246,13 +246,17 @@ class ChatJudge(Judge):
 
 def make_judge(name: str, settings: Settings | None = None, *, calls: CallSink | None = None) -> Judge:
     """`chat:<chat model name>` -> `ChatJudge`; any scorer name (`llm:<chat model>`, `embedding:minilm`,
-    `lexical`) -> `ScorerJudge`. A chat model gets the production wrappers and, with `calls` (the store's
-    `model_calls`), the call log; the worker attributes each call to the job's answer (`call_scope`)."""
+    `lexical`) -> `ScorerJudge`. A chat model gets the production wrappers but no response cache (a judge
+    asked again must really judge again: a cached verdict would hide drift and flatten repeated runs) and,
+    with `calls` (the store's `model_calls`), the call log; the worker attributes each call to the job's
+    answer (`call_scope`)."""
     settings = settings or Settings.from_env()
     name = name.strip()
     if name.startswith("chat:"):
         from ragloop.models.chat import make_wrapped
 
-        model = make_wrapped(name.removeprefix("chat:"), settings, sink=calls, purpose=CallPurpose.LLM_JUDGE)
+        model = make_wrapped(
+            name.removeprefix("chat:"), settings, sink=calls, purpose=CallPurpose.LLM_JUDGE, cache=False
+        )
         return ChatJudge(model)
-    return ScorerJudge(make_scorer(name, settings, calls=calls))
+    return ScorerJudge(make_scorer(name, settings, calls=calls, cache=False))

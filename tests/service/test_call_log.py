@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from ragloop.agent.graph import NODES
 from ragloop.cli import app as cli_app
 from ragloop.config import Settings
-from ragloop.improve.judge import make_judge
-from ragloop.models.chat import CallPurpose, CallSink
+from ragloop.improve.judge import ChatJudge, make_judge
+from ragloop.models.chat import Cached, CallPurpose, CallSink, Logged
 from ragloop.retrieval.collection import Collection
 from ragloop.store import ModelCall, Store
 from ragloop.store.vocabulary import Tier
@@ -83,6 +83,8 @@ async def test_a_judge_run_logs_its_calls_with_the_jobs_answer_id(collection: Co
         answer_id = r.json()["answer_id"]
     assert store.model_calls.for_answer(answer_id) == []
     judge = make_judge("chat:test:scripted", Settings(), calls=store.model_calls)
+    assert isinstance(judge, ChatJudge) and isinstance(judge.model, Logged)
+    assert not isinstance(judge.model.inner, Cached)  # a judge asked again judges again
     worker = worker_for(store, judge=judge, tier2_sample_rate=1.0)
     await worker.run(drain=True)
     (job,) = [j for j in store.queue.for_answer(answer_id) if j.tier == Tier.LLM_JUDGE]

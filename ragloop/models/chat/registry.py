@@ -115,12 +115,18 @@ def wrap(
 
 
 def make_wrapped(
-    name: str, settings: Settings | None = None, *, sink: CallSink | None = None, purpose: str | None = None
+    name: str,
+    settings: Settings | None = None,
+    *,
+    sink: CallSink | None = None,
+    purpose: str | None = None,
+    cache: bool = True,
 ) -> ChatModel:
     """`wrap(make_chat_model(name))`: what every production caller (agent builder, judge, scorer and
-    diagnosis factories) uses, so no model call escapes the cache, retries and the call log."""
+    diagnosis factories) uses, so no model call escapes the retries and the call log. `cache=False` for
+    callers whose repeated calls must reach the model (a judge: a cached verdict would hide drift)."""
     settings = settings or Settings.from_env()
-    return wrap(make_chat_model(name, settings), settings=settings, sink=sink, purpose=purpose)
+    return wrap(make_chat_model(name, settings), settings=settings, sink=sink, purpose=purpose, cache=cache)
 
 
 # --- built-in providers -------------------------------------------------------------------------

@@ -166,11 +166,12 @@ def make_scorer(
     chat_model: ChatModel | None = None,
     *,
     calls: CallSink | None = None,
+    cache: bool = True,
 ) -> Scorer:
     """A scorer by `"provider:name"` (see the module docstring). `chat_model` is the model an
     `llm:` scorer (or a combined scorer with an `llm` component) uses instead of building one
-    from the name; one built from the name gets the production wrappers, and with `calls` (the
-    store's `model_calls`) the call log."""
+    from the name; one built from the name gets the production wrappers (the response cache unless
+    `cache=False`), and with `calls` (the store's `model_calls`) the call log."""
     from ragloop.models import make_embedder
 
     settings = settings or Settings.from_env()
@@ -191,13 +192,13 @@ def make_scorer(
                 raise UnknownModelError("name the chat model after llm:, e.g. llm:local:qwen2.5-coder-1.5b")
             from ragloop.models.chat.registry import make_wrapped
 
-            chat_model = make_wrapped(rest, settings, sink=calls)
+            chat_model = make_wrapped(rest, settings, sink=calls, cache=cache)
         return LLMScorer(chat_model, name=f"llm:{rest or chat_model.name}")
     if provider == "combined":
         ref = "combined-default" if rest in ("", "default") else rest
         weights = _weights(ref, settings, "combined")
         components = {
-            prefix: make_scorer(component, settings, chat_model, calls=calls)
+            prefix: make_scorer(component, settings, chat_model, calls=calls, cache=cache)
             for prefix, component in weights.components.items()
         }
         return CombinedScorer(weights, components, name=f"combined:{rest or 'default'}")
