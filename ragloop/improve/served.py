@@ -86,6 +86,11 @@ def _payload(store: Store, answer_id: str) -> EvaluationPayload:
     return EvaluationPayload()
 
 
+def answer_collection(store: Store, answer_id: str) -> str | None:
+    """The collection the answer was served from, as its evaluation job recorded it (None: not recorded)."""
+    return _payload(store, answer_id).collection or None
+
+
 def _judge_answer(store: Store, answer_id: str) -> str | None:
     row = store.evaluations.latest(answer_id, "llm_judge")
     if row is None or row.status != "completed":

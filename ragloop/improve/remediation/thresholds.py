@@ -1,9 +1,9 @@
 """Threshold recalibration (refusal errors): refit one collection's gate τL from its own labelled
 traffic, as a candidate pipeline version.
 
-A sample is the gate's top grade score for an answer and whether the question was answerable
-(from labels: by default the collection's completed diagnoses, `gate_samples`; or given in the
-payload). The gate refuses below τL, so
+A sample is the gate's top grade score for an answer and whether answering it / refusing it is
+right (from labels: by default every label the collection's traffic carries — ratings, corrections,
+reviewer labels, diagnoses — `gate_samples` and `gate_labels`; or given in the payload). The gate refuses below τL, so
 τL trades false refusals (answerable, refused) against false answers (unanswerable, answered). The
 fit maximises accuracy subject to the false-refusal rate's Wilson upper bound <= `max_false_refusal`
 (5%), and a candidate is registered only when the paired bootstrap interval of the accuracy gain
@@ -31,6 +31,7 @@ from ragloop.improve.remediation.base import (
     RemediationContext,
     register_candidate,
 )
+from ragloop.improve.remediation.gate_labels import impute, labelled_answers
 from ragloop.improve.types import ActionKind
 from ragloop.store import Store
 
@@ -38,11 +39,25 @@ GRID = tuple(round(0.01 * i, 2) for i in range(101))
 
 
 class GateSample(BaseModel):
+    """One answer's gate score and whether answering / refusing it is right. `answerable` alone says
+    both (answering right, refusing wrong, or the reverse); `answer_right` / `refusal_right`, when
+    given, say each separately and may be fractions (labels combined by weight, or imputed:
+    `gate_labels`)."""
+
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     score: float = Field(ge=0.0, le=1.0)
-    answerable: bool
+    answerable: bool = True
     label_source: str = ""
+    answer_right: float | None = Field(default=None, ge=0.0, le=1.0)
+    refusal_right: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @property
+    def rights(self) -> tuple[float, float]:
+        """(answering right, refusing right)."""
+        a = self.answer_right if self.answer_right is not None else float(self.answerable)
+        r = self.refusal_right if self.refusal_right is not None else float(not self.answerable)
+        return a, r
 
 
 def wilson_upper(k: int, n: int, z: float = 1.959963984540054) -> float:
@@ -75,10 +90,12 @@ class TauFit:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-def _outcomes(scores: np.ndarray, answerable: np.ndarray, tau: float) -> tuple[np.ndarray, int]:
+def _outcomes(scores: np.ndarray, rights: np.ndarray, tau: float) -> tuple[np.ndarray, float]:
+    """Per sample: is the outcome at `tau` right (expected value for fractional labels); and the
+    expected number of answerable questions refused."""
     refused = scores < tau
-    correct = (refused != answerable).astype(np.float64)
-    return correct, int((refused & answerable).sum())
+    correct = np.where(refused, rights[:, 1], rights[:, 0])
+    return correct, float(((1.0 - rights[:, 1]) * refused).sum())
 
 
 def fit_tau_lower(
@@ -90,18 +107,18 @@ def fit_tau_lower(
     seed: int = 20240601,
 ) -> TauFit:
     scores = np.array([s.score for s in samples], dtype=np.float64)
-    answerable = np.array([s.answerable for s in samples], dtype=bool)
-    n_ans = int(answerable.sum())
-    base_correct, _ = _outcomes(scores, answerable, current)
+    rights = np.array([s.rights for s in samples], dtype=np.float64).reshape(-1, 2)
+    n_ans = round(float((1.0 - rights[:, 1]).sum()))
+    base_correct, _ = _outcomes(scores, rights, current)
     best: tuple[float, float, float] | None = None  # (accuracy, -distance from current, tau)
     for tau in GRID:
-        correct, fr = _outcomes(scores, answerable, tau)
-        if wilson_upper(fr, n_ans) > max_false_refusal:
+        correct, fr = _outcomes(scores, rights, tau)
+        if wilson_upper(round(fr), n_ans) > max_false_refusal:
             continue
         key = (float(correct.mean()) if len(correct) else 0.0, -abs(tau - current), tau)
         best = key if best is None or key > best else best
     fitted = current if best is None else best[2]
-    correct, fr = _outcomes(scores, answerable, fitted)
+    correct, fr = _outcomes(scores, rights, fitted)
     gain, lo, hi = (
         paired_bootstrap(base_correct.tolist(), correct.tolist(), resamples=resamples, seed=seed)
         if len(scores)
@@ -116,7 +133,7 @@ def fit_tau_lower(
         lo=lo,
         hi=hi,
         false_refusal_after=fr / n_ans if n_ans else 0.0,
-        false_refusal_upper=wilson_upper(fr, n_ans),
+        false_refusal_upper=wilson_upper(round(fr), n_ans),
         n=len(samples),
     )
 
@@ -126,24 +143,22 @@ def first_gate_score(trace: Mapping[str, Any] | None) -> float | None:
     return StoredTrace.load(trace).first_gate_score()
 
 
-def gate_samples(store: Store, collection: str, *, limit: int = 2000) -> list[GateSample]:
-    """Labelled gate scores from the collection's diagnosed answers: a knowledge gap was unanswerable,
-    any other verdict answerable (the label is the diagnosis, from a correction, a reference or the
-    judge). Diagnosed answers are the ones that went wrong, so the sample over-represents errors:
-    the fit is a candidate for the experiments to judge, never a change that serves."""
-    out = []
-    for d in store.diagnoses.listed(status="completed", collection=collection, limit=limit):
-        answer = store.queries.get_answer(d.answer_id)
-        score = first_gate_score(answer.trace or {}) if answer is not None else None
-        if score is None or d.failure_mode is None:
-            continue
-        source = f"diagnosis:{d.ideal_source or 'unknown'}"
-        out.append(
-            GateSample(
-                score=min(1.0, max(0.0, score)), answerable=d.failure_mode != "knowledge_gap", label_source=source
-            )
+def gate_samples(store: Store, collection: str, *, limit: int = 5000) -> list[GateSample]:
+    """Labelled gate scores of the collection's traffic: user ratings, corrections, reviewer labels
+    and diagnoses, combined per answer and imputed where a label leaves a fact open (`gate_labels`).
+    Labelled answers are not a random sample (users rate more often what went wrong): the fit is a
+    candidate for the golden check and an experiment to judge, never a change that serves."""
+    labelled = labelled_answers(store, collection, first_gate_score, limit=limit)
+    return [
+        GateSample(
+            score=item.score,
+            answerable=rights[1] < 0.5,
+            answer_right=rights[0],
+            refusal_right=rights[1],
+            label_source="+".join(item.sources),
         )
-    return out
+        for item, rights in zip(labelled, impute(labelled), strict=True)
+    ]
 
 
 class ThresholdPayload(BaseModel):
