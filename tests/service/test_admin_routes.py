@@ -102,6 +102,7 @@ async def test_evaluations_filters_and_agreement(collection: Collection, any_sto
         assert t1_t2["agreement"]["lo"] < 0.5 < t1_t2["agreement"]["hi"]
         assert t1_t2["mean_abs_difference"]["value"] == pytest.approx((0.1 + 0.7) / 2, abs=1e-6)
         assert pairs[("heuristic", "human")]["agreement"]["value"] == 1.0
+        assert t1_t2["kappa"]["n"] == 2 and t1_t2["kappa"]["value"] == 0.0  # agree only as often as chance
         t2_h = pairs[("llm_judge", "human")]
         assert t2_h["agreement"] == {"value": 0.5, "lo": t2_h["agreement"]["lo"], "hi": t2_h["agreement"]["hi"], "n": 2}
 

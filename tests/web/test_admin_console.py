@@ -12,14 +12,19 @@ import asyncio
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from ragloop.config import Settings
 from ragloop.experiments.regression import Answered, run_regression
+from ragloop.improve.clock import ManualClock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.remediate import run_pass
+from ragloop.improve.scheduler import Policy
 from ragloop.models.scoring import LexicalScorer
+from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
+from tests.improve.remediation_support import chunk_of, context, propose_expansion
 from tests.web.conftest import WEB_CFG, Served, shot
 from tests.web.test_browser import ask, sign_in
 
@@ -96,7 +101,6 @@ def test_feedback_reaches_evaluations_and_is_reviewed(page: Any, served: Served)
     expect(page.locator('#evals tr:not([data-tier="heuristic"])')).to_have_count(0)
     expect(page.locator('#evals tr[data-tier="heuristic"]')).not_to_have_count(0)
     no_markup_ran(page)
-    shot(page, "11-admin-evaluations", full_page=True)
 
     page.get_by_role("link", name="Human review").click()
     item = page.locator(f'li.review-item[data-answer-id="{bridge_id}"]')
@@ -129,6 +133,35 @@ def test_feedback_reaches_evaluations_and_is_reviewed(page: Any, served: Served)
     expect(reviewed).to_contain_text("0.38")  # the mean of the two metrics scored
     expect(page.locator("#agreement svg")).to_have_count(3)
     expect(page.locator("#agreement")).to_contain_text("n=1")
+    page.locator("#f-tier").select_option("")
+    page.locator("#f-mode").select_option("")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator('#evals tr[data-tier="human"]')).to_have_count(1)
+    expect(page.locator('#evals tr[data-tier="heuristic"]')).not_to_have_count(0)
+    shot(page, "11-admin-evaluations", full_page=True)
+
+
+def measure_an_expansion(served: Served) -> str:
+    """A query-expansion improvement applied and then audited two days later on a fast-forwarded clock
+    (the auditor's real rule: kept or reverted on the interval of the measured change), so the
+    timeline has an expected and a measured delta to draw. Its action id."""
+    settings = Settings(home=served.home)
+    coll = Collection("default", settings)
+    clock = ManualClock(datetime.now(UTC))
+    config = WEB_CFG.with_overrides(retrieval={"k": 1})  # k=1 does not serve the ferry for the question
+    try:
+        with Store.open(served.db_url) as st:
+            action = propose_expansion(st, coll, BRIDGE, [chunk_of(coll, "ferry.md")], confidence=0.8)
+            ctx = context(st, coll, clock, config=config)
+            run_pass(st, config, clock=clock, policy=Policy(audit_window_s=5.0), context=ctx)
+            wait_for(lambda: st.improvement_actions.get(action.action_id).applied_at, "the expansion to apply")
+            clock.advance(days=2)
+            run_pass(st, config, clock=clock, policy=Policy(audit_window_s=5.0), context=ctx)
+            row = st.improvement_actions.get(action.action_id)
+            assert row is not None and row.actual_delta is not None, row
+            return action.action_id
+    finally:
+        coll.close()
 
 
 def test_an_improvement_on_the_timeline_is_reverted_there(page: Any, served: Served) -> None:
@@ -147,6 +180,7 @@ def test_an_improvement_on_the_timeline_is_reverted_there(page: Any, served: Ser
     applied = served.api("GET", "/v1/improvements?status=applied", served.admin).json()["actions"]
     assert applied, "the remediation pass applied nothing"
     action_id = applied[0]["action_id"]
+    measured = measure_an_expansion(served)
     rolled = served.api("POST", "/v1/pipeline/rollback", served.admin, json={"reason": "timeline test"})
     assert rolled.status_code == 200, rolled.text
     back = served.api("POST", "/v1/pipeline/rollback", served.admin, json={"target_version": WEB_CFG.version_id})
@@ -160,6 +194,10 @@ def test_an_improvement_on_the_timeline_is_reverted_there(page: Any, served: Ser
     expect(change).to_contain_text("remediation:")
     expect(change).to_contain_text(f"improvement {action_id} is applied")
     expect(page.locator("#tl-chart svg circle").first).to_be_visible()
+    audited = entries.filter(has_text=f"audit:{measured}")
+    expect(audited.first).to_contain_text("target_recall_at_k: expected")
+    expect(audited.first).to_contain_text(re.compile(r"measured -?\d\.\d+ \(95% \[.*\], n=\d+\)"))
+    expect(audited.first.locator("svg circle.actual")).to_have_count(1)
     shot(page, "10-admin-timeline", full_page=True)
 
     change.get_by_role("button", name=re.compile("^Revert")).click()

@@ -140,6 +140,10 @@ def _est(e: Estimate) -> EstimatePublic:
     return EstimatePublic(value=j["value"], lo=j["lo"], hi=j["hi"], n=e.n)
 
 
+def _none(n: int) -> EstimatePublic:
+    return EstimatePublic(value=None, lo=None, hi=None, n=n)
+
+
 def agreement(by_answer: dict[str, dict[str, float]], threshold: float) -> list[AgreementPairPublic]:
     """Each pair of tiers over the answers both scored: pass/fail agreement (Wilson), Cohen's kappa
     (bootstrap) and the mean absolute score difference (bootstrap)."""
@@ -157,7 +161,8 @@ def agreement(by_answer: dict[str, dict[str, float]], threshold: float) -> list[
                     b=b,
                     n=len(both),
                     agreement=_est(proportion_ci(same, len(both))),
-                    kappa=_est(cohen_kappa(pa, pb, resamples=500)) if both else _est(proportion_ci(0, 0)),
+                    # one item has no chance agreement to correct for: no kappa below two
+                    kappa=_est(cohen_kappa(pa, pb, resamples=500)) if len(both) >= 2 else _none(len(both)),
                     mean_abs_difference=_est(bootstrap_ci([abs(x - y) for x, y in both], resamples=500)),
                 )
             )

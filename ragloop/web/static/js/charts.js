@@ -96,7 +96,7 @@ export function interval(x, yMid, est, cls) {
 // Rows of {label, value, lo, hi, note, cls}: each a labelled point with its 95% interval on one x axis.
 export function forest(rows, { label, domain, reference = null, width = 640 }) {
   const rowH = 30;
-  const left = Math.min(260, Math.max(120, width * 0.38));
+  const left = Math.min(280, Math.max(120, width * 0.45));
   const right = width - 70;
   const height = rows.length * rowH + 34;
   const root = chart(width, height, label);

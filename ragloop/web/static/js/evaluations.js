@@ -51,7 +51,7 @@ async function showAgreement() {
   }
   const label = (p) => `${TIER_NAMES[p.a]} vs ${TIER_NAMES[p.b]}`;
   const rows = (key) =>
-    data.pairs.map((p) => ({ label: label(p), value: p[key].value, lo: p[key].lo, hi: p[key].hi, note: `n=${p.n}` }));
+    data.pairs.map((p) => ({ label: label(p), value: p[key].value, lo: p[key].lo, hi: p[key].hi, note: p.n ? `n=${p.n}` : "n=0, none yet" }));
   const grid = el("div", { class: "stack" });
   grid.append(
     el("figure", { class: "metric" }, el("figcaption", { text: "Same pass/fail verdict (Wilson 95%)" }),
