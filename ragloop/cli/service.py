@@ -129,7 +129,6 @@ def worker(
 
     from ragloop.improve.judge import make_judge
     from ragloop.improve.remediate import current_config
-    from ragloop.improve.tier1 import load_model
     from ragloop.models.scoring import make_scorer
     from ragloop.service import EvaluationWorker, ServiceConfig
     from ragloop.service.app import diagnosis_engine, remediation_pass
@@ -148,7 +147,6 @@ def worker(
         cfg,
         judge=judge,
         support_scorer=support,
-        model=load_model(s),
         job_delay_s=job_delay,
         diagnosis=diagnosis_engine(store, s, cfg),
         remediation=remediation_pass(store, s, cfg, lambda: current_config(store)),

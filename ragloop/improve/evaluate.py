@@ -33,9 +33,10 @@ from enum import StrEnum
 
 from ragloop.improve.judge import Judge, JudgeInput
 from ragloop.improve.payload import EvaluationPayload
+from ragloop.improve.recalibration import MODEL_TTL_S, active_model
 from ragloop.improve.review_intake import ReviewIntake
 from ragloop.improve.routing import RoutingConfig, RoutingReason, disagreement, route_tier1
-from ragloop.improve.tier1 import PRIOR, HeuristicModel, Tier1Input, compute_features
+from ragloop.improve.tier1 import HeuristicModel, Tier1Input, compute_features
 from ragloop.models.scoring.base import Scorer
 from ragloop.store import Job, LeaseLostError, NotFoundError, Store, question_hash
 from ragloop.store.vocabulary import AUTOMATIC_TIERS, EvaluationStatus, Tier
@@ -67,17 +68,30 @@ class OnlineEvaluator:
         *,
         judge: Judge | None = None,
         support_scorer: Scorer | None = None,
-        model: HeuristicModel = PRIOR,
+        model: HeuristicModel | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`model`: a fixed tier-1 model; None (the service) reads the active one from the store
+        (`recalibration.active_model`) again every `MODEL_TTL_S`, so a recalibration reaches every worker."""
         self.store = store
         self.config = config
         self.judge = judge
         self.support_scorer = support_scorer
-        self.model = model
+        self._fixed_model = model
+        self._model: tuple[float, HeuristicModel] | None = None
         self.clock = clock
         self.intake = ReviewIntake(store, config)
         self._golden: tuple[float, dict[str, str]] | None = None
+
+    @property
+    def model(self) -> HeuristicModel:
+        """The tier-1 model that scores now."""
+        if self._fixed_model is not None:
+            return self._fixed_model
+        now = self.clock()
+        if self._model is None or now - self._model[0] > MODEL_TTL_S:
+            self._model = (now, active_model(self.store))
+        return self._model[1]
 
     @property
     def tiers(self) -> list[Tier]:
@@ -139,7 +153,8 @@ class OnlineEvaluator:
             refused=p.refused,
         )
         feats = await compute_features(item, self.support_scorer)
-        score = self.model.score(feats.values)
+        model = await asyncio.to_thread(lambda: self.model)
+        score = model.score(feats.values)
         golden = await asyncio.to_thread(self._golden_reference, item.question)
         route = route_tier1(job.answer_id, score, golden=golden is not None, config=self.config)
         evidence = {
@@ -160,7 +175,7 @@ class OnlineEvaluator:
                     heuristic_score=round(score, 4),
                     scores=feats.as_scores(),
                     failure_evidence=evidence,
-                    evaluator_model=self.evaluator_name(Tier.HEURISTIC),
+                    evaluator_model=f"heuristic:{model.version}",
                 )
                 if route.tier2_reasons:
                     judged = p.model_copy(

@@ -2,9 +2,11 @@
 
 `run_pass` is what `ragloop improve run` and the service worker call after diagnosis. Auditing
 comes first so that a component whose change was just judged is free again and a raised evidence
-threshold already applies to this pass's proposals. `revert_action` is the admin's undo
-(`POST /v1/improvements/{id}/revert`): the remediation's own revert, then the action reverted and
-audited with the admin as actor (no threshold change: an admin may revert for reasons of their own).
+threshold already applies to this pass's proposals; then tier 1's weekly agreement check and label
+buffer (`recalibration.watch`: it may propose a recalibration or put tier 1 in monitor mode).
+`revert_action` is the admin's undo (`POST /v1/improvements/{id}/revert`): the remediation's own
+revert, then the action reverted and audited with the admin as actor (no threshold change: an
+admin may revert for reasons of their own).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from ragloop.config.pipeline import PipelineConfig
 from ragloop.config.settings import Settings
+from ragloop.improve import recalibration
 from ragloop.improve.auditor import Auditor, AuditResult
 from ragloop.improve.claims import claim_audit
 from ragloop.improve.clock import SYSTEM_CLOCK, Clock
@@ -134,6 +137,7 @@ def run_pass(
     try:
         started = context.clock.now().isoformat()
         audited = Auditor(context, policy, worker=f"{worker}:auditor").run()
+        recalibration.watch(context.store, context.clock, resamples=context.settings.resamples)
         scheduled = Scheduler(context, policy, worker=f"{worker}:scheduler").run()
         return PassReport(started_at=started, audited=audited, scheduled=scheduled)
     finally:

@@ -17,6 +17,9 @@ whose lease ran out):
 6. Exactly once: the claim is a conditional UPDATE (`claims.claim_action`); the action becomes
    `applied` and its audit entry (evidence, expected delta, the change) is written in one
    transaction, so a change is never recorded twice and never recorded without its entry.
+7. Monitor mode: while tier 1's weekly agreement is below 0.75 (`recalibration.state`), every
+   action but tier 1's own recalibration stays proposed (`deferred_monitor`): tier 1 chooses what
+   gets diagnosed, so its proposals wait until it is trusted again.
 A DIRECT action's query group is measured just before apply: the auditor's "before"; when the
 proposal carries no expected delta, it is `EXPECTED_SHARE` x confidence x the group's headroom
 (1 - its baseline), the improvement the diagnosis promises.
@@ -34,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ragloop.improve.claims import claim_action
 from ragloop.improve.clock import day_start
+from ragloop.improve.recalibration import state as tier1_state
 from ragloop.improve.remediation import (
     REMEDIATIONS,
     ActionSpec,
@@ -82,6 +86,8 @@ class Outcome(StrEnum):
     FAILED = "failed"
     RETRY = "retry"
     UNSUPPORTED = "unsupported"
+    DEFERRED_MONITOR = "deferred_monitor"
+    """Tier 1 is in monitor mode: no automated remediation but its own recalibration."""
 
 
 @dataclass(frozen=True)
@@ -175,10 +181,14 @@ class Scheduler:
         applied_today: dict[str | None, int] = defaultdict(int)
         counted: set[str | None] = set()
         busy = self._busy()
+        tier1 = tier1_state(self.ctx.store)
         out: list[ScheduleResult] = []
         for spec in self.due():
             if sum(r.outcome is Outcome.APPLIED for r in out) >= self.policy.max_per_pass:
                 break
+            if tier1.monitor and spec.kind is not ActionKind.TIER1_RECALIBRATION:
+                out.append(self._result(spec, Outcome.DEFERRED_MONITOR, tier1.reason))
+                continue
             direct = _is_direct(spec.kind)
             if spec.kind not in REMEDIATIONS:
                 out.append(self._result(spec, Outcome.UNSUPPORTED, f"no remediation implements {spec.kind.value} yet"))

@@ -11,13 +11,16 @@ Five features (the self-improving RAG design, section 4.1):
   (an answer much longer than its context is a hallucination signal); the raw ratio is kept too;
 - `support`: the support scorer's probability for the least-supported claim (the claim with the
   lowest term overlap with any context passage) against its best passage. The only feature that
-  calls a model; without a scorer it is left out.
+  calls a model; without a scorer it is left out;
+- `refused`: 1 for a refusal. The other features read an answer's text against its context, which
+  says little about a refusal; this one lets a fitted model give refusals their own level (the
+  prior leaves it out: weight 0).
 
 `HeuristicModel` is `bias + Σ wᵢ·xᵢ`, clipped to [0, 1], with a version id that is a hash of its
 weights; features that are missing (no claims, no support scorer) are dropped and the remaining
 weights rescaled, so a partial feature vector still lands on the same scale. The shipped model is
-a prior to be refitted against tier-2/tier-3 scores (`HeuristicModel.fit`); fitted models are saved
-under `RAGLOOP_HOME/heuristics/` and the newest one is loaded.
+a prior; `ragloop.improve.recalibration` refits it (`HeuristicModel.fit`, weighted) on labels from
+tier 2, tier 3 and user feedback and keeps the versions in the audit log, the newest one serving.
 """
 
 from __future__ import annotations
@@ -29,17 +32,15 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ragloop.config import Settings
 from ragloop.models.scoring.base import Scorer
 from ragloop.text.sentences import split_sentences
 from ragloop.text.tokenize import ENGLISH_STOPWORDS
 
-FEATURES = ("citation_coverage", "bm25_overlap", "retrieval_gap", "length_ok", "support")
+FEATURES = ("citation_coverage", "bm25_overlap", "retrieval_gap", "length_ok", "support", "refused")
 CITE = re.compile(r"\s*\[(\d+)\]")
 NOTE_SEP = "\n\nNote: "
 MIN_CLAIM_WORDS = 3
@@ -165,6 +166,7 @@ def cheap_features(item: Tier1Input) -> Tier1Features:
         "retrieval_gap": retrieval_gap(item.retrieval_scores),
         "length_ok": length_ok(ratio),
         "support": None,
+        "refused": float(item.refused),
     }
     return Tier1Features(values, ratio, least, least_ctx, len(claims), {"refused": float(item.refused)})
 
@@ -219,11 +221,21 @@ class HeuristicModel:
         return cls(weights, float(data["bias"]), str(data.get("name", "fitted")), int(data.get("trained_on", 0)))
 
     @classmethod
-    def fit(cls, rows: Sequence[Mapping[str, float | None]], targets: Sequence[float], name: str) -> HeuristicModel:
-        """Least squares (ridge 1e-3) of `targets` (judge or human scores in [0, 1]) on the features;
-        missing features are imputed with the column mean."""
+    def fit(
+        cls,
+        rows: Sequence[Mapping[str, float | None]],
+        targets: Sequence[float],
+        name: str,
+        weights: Sequence[float] | None = None,
+    ) -> HeuristicModel:
+        """Weighted least squares (ridge 1e-3) of `targets` (judge, human or feedback scores in [0, 1])
+        on the features, each pair counting `weights[i]` (default 1); missing features are imputed
+        with the column mean. A feature no row has keeps weight 0."""
         if len(rows) != len(targets) or len(rows) < len(FEATURES) + 1:
             raise ValueError(f"need at least {len(FEATURES) + 1} (features, score) pairs of equal length")
+        w = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=np.float64)
+        if w.shape != (len(rows),) or (w < 0).any() or w.sum() <= 0:
+            raise ValueError("weights must be one non-negative number per row, not all zero")
         x = np.array([[np.nan if r.get(f) is None else float(r[f] or 0.0) for f in FEATURES] for r in rows])
         seen = ~np.isnan(x)
         counts = seen.sum(axis=0)
@@ -231,9 +243,11 @@ class HeuristicModel:
         x = np.where(seen, x, means)
         design = np.hstack([np.ones((len(x), 1)), x])
         y = np.asarray(targets, dtype=np.float64)
-        ridge = 1e-3 * np.eye(design.shape[1])
+        ridge = 1e-3 * float(w.mean()) * np.eye(design.shape[1])
         ridge[0, 0] = 0.0
-        coef = np.linalg.solve(design.T @ design + ridge, design.T @ y)
+        wd = design * w[:, None]
+        coef = np.linalg.solve(design.T @ wd + ridge, wd.T @ y)
+        coef[1:][counts == 0] = 0.0
         return cls(
             {f: round(float(c), 6) for f, c in zip(FEATURES, coef[1:], strict=True)},
             round(float(coef[0]), 6),
@@ -253,27 +267,3 @@ PRIOR = HeuristicModel(
     bias=0.05,
     name="prior",
 )
-
-
-def heuristics_dir(settings: Settings) -> Path:
-    return settings.home / "heuristics"
-
-
-def save_model(model: HeuristicModel, settings: Settings) -> Path:
-    d = heuristics_dir(settings)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{model.version}.json"
-    path.write_text(json.dumps(model.to_json(), indent=2) + "\n")
-    return path
-
-
-def load_model(settings: Settings) -> HeuristicModel:
-    """The most recently saved fitted model under `RAGLOOP_HOME/heuristics/`, else the shipped prior."""
-    d = heuristics_dir(settings)
-    files = sorted(d.glob("*.json"), key=lambda p: p.stat().st_mtime) if d.is_dir() else []
-    for path in reversed(files):
-        try:
-            return HeuristicModel.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return PRIOR

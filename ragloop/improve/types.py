@@ -30,6 +30,9 @@ class ActionKind(StrEnum):
     RANKING_BUFFER = "ranking_buffer"
     PROMPT_CANDIDATE = "prompt_candidate"
     THRESHOLD_RECALIBRATION = "threshold_recalibration"
+    TIER1_RECALIBRATION = "tier1_recalibration"
+    """Not a diagnosis's proposal: the weekly agreement check and the label buffer propose it
+    (`ragloop.improve.recalibration`)."""
 
 
 class VariantKind(StrEnum):

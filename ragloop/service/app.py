@@ -29,7 +29,6 @@ from ragloop.config import PipelineConfig, Settings
 from ragloop.improve.clock import SYSTEM_CLOCK, Clock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.judge import Judge, make_judge
-from ragloop.improve.tier1 import load_model
 from ragloop.service.auth import BodySizeLimit, RateLimiter
 from ragloop.service.config import ServiceConfig
 from ragloop.service.documents import DocumentJobs
@@ -117,7 +116,6 @@ def create_app(
             cfg,
             judge=judge,
             support_scorer=support,
-            model=load_model(settings),
             metrics=metrics,
             diagnosis=diagnosis_engine(store, settings, cfg),
             remediation=remediation_pass(store, settings, cfg, lambda: agents.active()[1]),

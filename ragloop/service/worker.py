@@ -30,7 +30,7 @@ from typing import Any
 from ragloop.improve.engine import DIAGNOSIS_TIER, DiagnosisEngine, job_call_scope
 from ragloop.improve.evaluate import OnlineEvaluator, Outcome
 from ragloop.improve.judge import Judge
-from ragloop.improve.tier1 import PRIOR, HeuristicModel
+from ragloop.improve.tier1 import HeuristicModel
 from ragloop.models.scoring.base import Scorer
 from ragloop.service.config import ServiceConfig
 from ragloop.service.metrics import ServiceMetrics
@@ -62,7 +62,7 @@ class EvaluationWorker:
         *,
         judge: Judge | None = None,
         support_scorer: Scorer | None = None,
-        model: HeuristicModel = PRIOR,
+        model: HeuristicModel | None = None,
         metrics: ServiceMetrics | None = None,
         worker_id: str | None = None,
         job_delay_s: float = 0.0,

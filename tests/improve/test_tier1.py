@@ -1,5 +1,5 @@
 """Tier 1: the five cheap features, the linear model's rescaling of missing features, refitting,
-and saving / loading fitted models."""
+weighted refitting."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from ragloop.config import Settings
-from ragloop.improve.tier1 import FEATURES, PRIOR, HeuristicModel, Tier1Input, cheap_features, load_model, save_model
+from ragloop.improve.tier1 import FEATURES, PRIOR, HeuristicModel, Tier1Input, cheap_features
 
 
 def test_tier1_features() -> None:
@@ -43,10 +42,45 @@ def test_heuristic_model_rescales_missing_features_and_refits() -> None:
     assert PRIOR.score(dict.fromkeys(FEATURES, 0.0)) == pytest.approx(PRIOR.bias)
     rng = random.Random(0)
     rows = [{f: rng.random() for f in FEATURES} for _ in range(200)]
-    truth = {"citation_coverage": 0.5, "bm25_overlap": 0.1, "retrieval_gap": 0.0, "length_ok": 0.1, "support": 0.3}
+    truth = {
+        "citation_coverage": 0.5,
+        "bm25_overlap": 0.1,
+        "retrieval_gap": 0.0,
+        "length_ok": 0.1,
+        "support": 0.3,
+        "refused": -0.2,
+    }
     targets = [0.02 + sum(truth[f] * r[f] for f in FEATURES) for r in rows]
     fitted = HeuristicModel.fit(rows, targets, name="test")
     assert fitted.weights["citation_coverage"] == pytest.approx(0.5, abs=0.01)
     assert fitted.bias == pytest.approx(0.02, abs=0.01) and fitted.version.startswith("h-test-")
-    save_model(fitted, Settings())
-    assert load_model(Settings()) == fitted
+    assert HeuristicModel.from_json(fitted.to_json()) == fitted
+
+
+def test_weights_count_in_the_fit_and_an_absent_feature_stays_out() -> None:
+    """Two groups disagree on the same features; the heavier group wins. No row has `support`:
+    its weight is 0, not a number fitted to imputed means."""
+    rng = random.Random(1)
+    rows: list[dict[str, float | None]] = []
+    targets, weights = [], []
+    for i in range(2000):
+        r: dict[str, float | None] = {f: rng.random() for f in FEATURES}
+        r["support"] = None
+        heavy = i % 2 == 0
+        rows.append(r)
+        targets.append(0.9 * float(r["citation_coverage"] or 0.0) if heavy else 0.0)
+        weights.append(3.0 if heavy else 1.0)
+    fitted = HeuristicModel.fit(rows, targets, "w", weights)
+    assert fitted.weights["support"] == 0.0
+    assert fitted.weights["citation_coverage"] == pytest.approx(0.9 * 3 / 4, abs=0.05)
+    unweighted = HeuristicModel.fit(rows, targets, "u")
+    assert unweighted.weights["citation_coverage"] == pytest.approx(0.9 / 2, abs=0.05)
+    with pytest.raises(ValueError, match="weights"):
+        HeuristicModel.fit(rows, targets, "w", [0.0] * len(rows))
+
+
+def test_refused_is_a_feature_the_prior_ignores() -> None:
+    item = Tier1Input("q?", "I could not find that in the documents.", ["ctx"], refused=True)
+    f = cheap_features(item)
+    assert f.values["refused"] == 1.0
+    assert PRIOR.score(f.values) == PRIOR.score({**f.values, "refused": 0.0})

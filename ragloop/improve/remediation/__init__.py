@@ -36,6 +36,7 @@ from ragloop.improve.remediation.prompts import PromptCandidateAction
 from ragloop.improve.remediation.ranking import RankingBufferAction
 from ragloop.improve.remediation.rechunk import RechunkAction
 from ragloop.improve.remediation.thresholds import ThresholdRecalibrationAction
+from ragloop.improve.remediation.tier1 import Tier1RecalibrationAction
 from ragloop.improve.types import ActionKind
 
 REMEDIATIONS: Mapping[ActionKind, type[Remediation]] = {
@@ -47,6 +48,7 @@ REMEDIATIONS: Mapping[ActionKind, type[Remediation]] = {
         RankingBufferAction,
         ThresholdRecalibrationAction,
         PromptCandidateAction,
+        Tier1RecalibrationAction,
     )
 }
 
@@ -86,6 +88,7 @@ __all__ = [
     "RemediationError",
     "RemediationSettings",
     "ThresholdRecalibrationAction",
+    "Tier1RecalibrationAction",
     "UnsupportedAction",
     "make_expansion_backend",
     "make_remediation",

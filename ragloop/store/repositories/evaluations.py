@@ -81,6 +81,22 @@ class Evaluations:
         with self.db.transaction(write=False) as s:
             return s.scalar(stmt.order_by(Evaluation.evaluated_at.desc(), Evaluation.eval_id.desc()).limit(1))
 
+    def latest_for(self, answer_ids: Sequence[str], tier: str, *, status: str | None = None) -> dict[str, Evaluation]:
+        """The latest evaluation of `tier` (and `status`, when given) of each answer that has one, in a
+        few queries (chunks of 500 ids) instead of one per answer."""
+        out: dict[str, Evaluation] = {}
+        ids = list(dict.fromkeys(answer_ids))
+        with self.db.transaction(write=False) as s:
+            for i in range(0, len(ids), 500):
+                stmt = select(Evaluation).where(
+                    Evaluation.answer_id.in_(ids[i : i + 500]), Evaluation.evaluation_tier == tier
+                )
+                if status is not None:
+                    stmt = stmt.where(Evaluation.status == status)
+                for row in s.scalars(stmt.order_by(Evaluation.evaluated_at, Evaluation.eval_id)):
+                    out[row.answer_id] = row  # later rows win: the latest
+        return out
+
     def exists(self, answer_id: str, tier: str) -> bool:
         """Whether the answer has an evaluation (completed or failed) of `tier`."""
         stmt = select(Evaluation.eval_id).where(Evaluation.answer_id == answer_id, Evaluation.evaluation_tier == tier)
