@@ -35,16 +35,22 @@ ConfigArg = Annotated[
 ]
 
 
-def _database_golden() -> Path:
-    """The database golden set (the one source of truth), exported for this run as harness JSONL."""
+def _database_golden(version: int | None) -> tuple[Path, int]:
+    """The database golden set (the one source of truth) as it is now, or at golden-set `version`,
+    exported for this run as harness JSONL; returns the file and the version it holds."""
     from ragloop.experiments.golden import export_jsonl
-    from ragloop.store import Store
+    from ragloop.store import NotFoundError, Store
 
-    path = settings().home / "eval" / "golden-db.jsonl"
     with Store.open() as store:
-        if export_jsonl(store, path) == 0:
-            fail("the database golden set is empty: `ragloop golden import FILE` first, or pass --golden")
-    return path
+        v = store.golden.golden_set_version() if version is None else version
+        path = settings().home / "eval" / f"golden-db-v{v}.jsonl"
+        try:
+            n = export_jsonl(store, path, version=v)
+        except NotFoundError as exc:
+            fail(str(exc))
+    if n == 0:
+        fail(f"the database golden set at version {v} is empty: `ragloop golden import FILE` first, or pass --golden")
+    return path, v
 
 
 def _runs_dir(out_dir: Path | None) -> Path:
@@ -70,6 +76,10 @@ def run_cmd(
         Path | None,
         typer.Option("--golden", help="An exported golden JSONL (--dataset golden; default: the database set)."),
     ] = None,
+    golden_version: Annotated[
+        int | None,
+        typer.Option("--golden-version", min=0, help="Evaluate the database set as it was at this version."),
+    ] = None,
     collection: Annotated[str | None, typer.Option("--collection", "-c", help="Collection (--dataset golden).")] = None,
     verified_only: Annotated[bool, typer.Option("--verified-only", help="Golden: verified items only.")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="Discard earlier results in the run directory.")] = False,
@@ -83,15 +93,19 @@ def run_cmd(
     from ragloop.evaluation.suites import load_suite, sample_items
     from ragloop.models.errors import ModelError
 
+    db_version: int | None = None
+    if golden_version is not None and (dataset != "golden" or golden is not None):
+        fail("--golden-version selects a version of the database set: use it with --dataset golden and no --golden")
     if dataset == "golden" and golden is None:
-        golden = _database_golden()
+        golden, db_version = _database_golden(golden_version)
     try:
         suite = load_suite(dataset, golden=golden, collection=collection, verified_only=verified_only)
         name, cfg = load_config(config)
     except (ValueError, OSError) as exc:
         fail(str(exc))
     items = sample_items(suite.items, limit=limit, sample=sample, seed=seed)
-    run_dir = _runs_dir(out_dir) / suite.name / name
+    # a database set's runs are kept per golden-set version: a resumed run never mixes two versions
+    run_dir = _runs_dir(out_dir) / suite.name / (name if db_version is None else f"v{db_version}-{name}")
     progress = None
     if not json_ and console.is_terminal:
 

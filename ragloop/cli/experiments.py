@@ -1,10 +1,10 @@
-"""`ragloop experiments|pipeline|golden ...` and `ragloop regress`: candidates, A/B experiments, the
-golden set (the database; JSONL in and out) and the golden-set regression run.
+"""`ragloop experiments|pipeline ...` and `ragloop regress`: candidates, A/B experiments and the
+golden-set regression run (the golden set itself: `ragloop.cli.golden`).
 
 ragloop pipeline register cand.yaml [--full] [--json]     ragloop pipeline versions|diff A B
 ragloop experiments create --name n --treatment '{"retrieval": {"mode": "bm25"}}' --metric tier1_score
 ragloop experiments list|results ID|stop ID|promote ID|reject ID|auto [--json]   ragloop pipeline approve V
-ragloop golden import FILE | export FILE | list [--json]  ragloop regress [--json]
+ragloop regress [--json]
 ragloop regress report [--out DIR] [--limit N] [--json]
 """
 
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 experiments_app = typer.Typer(no_args_is_help=True, help="A/B experiments between pipeline versions.")
 pipeline_app = typer.Typer(no_args_is_help=True, help="Pipeline versions: register candidates, list, diff.")
-golden_app = typer.Typer(no_args_is_help=True, help="The golden set (in the database): import, export, list.")
 regress_app = typer.Typer(
     invoke_without_command=True,
     help="The golden-set regression run (no subcommand), and its report (`regress report`).",
@@ -36,7 +35,6 @@ ACTOR = "cli"
 def register(app: typer.Typer) -> None:
     app.add_typer(experiments_app, name="experiments")
     app.add_typer(pipeline_app, name="pipeline")
-    app.add_typer(golden_app, name="golden")
     app.add_typer(regress_app, name="regress")
 
 
@@ -291,49 +289,6 @@ def experiments_promote(
     _emit(outcome.to_json(), json_, f"{'promoted' if outcome.promoted else 'not promoted'}: {outcome.reason}")
     if not outcome.promoted:
         raise typer.Exit(1)
-
-
-# --------------------------------------------------------------------------- golden set
-
-
-@golden_app.command("import")
-def golden_import(file: Path, json_: JsonOpt = False) -> None:
-    """Add the file's questions to the database set (questions already live are skipped)."""
-    from ragloop.experiments.golden import GoldenImportError, import_jsonl
-
-    with _store() as store:
-        try:
-            res = import_jsonl(store, file, created_by=ACTOR)
-        except GoldenImportError as exc:
-            fail(str(exc))
-    _emit(res.to_json(), json_, f"imported {res.added} ({res.held_out} held out), skipped {res.skipped}")
-
-
-@golden_app.command("export")
-def golden_export(
-    file: Path,
-    without_held_out: Annotated[bool, typer.Option("--without-held-out")] = False,
-    json_: JsonOpt = False,
-) -> None:
-    """Write the live set as harness JSONL (`ragloop eval run --dataset golden --golden FILE`)."""
-    from ragloop.experiments.golden import export_jsonl
-
-    with _store() as store:
-        n = export_jsonl(store, file, include_held_out=not without_held_out)
-    _emit({"exported": n, "path": str(file)}, json_, f"exported {n} entries to {file}")
-
-
-@golden_app.command("list")
-def golden_list(json_: JsonOpt = False) -> None:
-    from ragloop.experiments.golden import entry_json
-
-    with _store() as store:
-        rows = [entry_json(e) for e in store.golden.current_golden_set()]
-    _emit(
-        rows,
-        json_,
-        "\n".join(f"{r['lineage_id']}  {'H' if r['held_out'] else ' '}  {r['question'][:90]}" for r in rows),
-    )
 
 
 # --------------------------------------------------------------------------- regression

@@ -7,7 +7,9 @@ JSONL is only a way in and out. `import_jsonl` reads either the contract's lines
 the database set itself when no file is given). Unanswerable items (`should_refuse`) are kept as
 entries with an empty expected answer and the `unanswerable` domain tag.
 
-Versioned by insert + deprecate (the store's triggers refuse anything else). 20% of entries are
+Versioned by insert + deprecate (the store's triggers refuse anything else); every change is one
+golden-set version (an import batch is one), and any past version can be rebuilt, exported and
+evaluated (`ragloop.experiments.golden_versions`). 20% of entries are
 **held out** by a stable hash of the normalised question (`is_held_out`): the same question is
 held out on every machine and in every import, and the nightly regression and remediation
 checks never read them (`working_set`), only out-of-sample evaluation does (`held_out_set`).
@@ -27,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ragloop.evaluation.golden import GoldenItem
+from ragloop.store.repositories.golden import NewEntry
+from ragloop.store.vocabulary import GoldenChange, GoldenSource
 
 if TYPE_CHECKING:
     from ragloop.store import GoldenSetEntry, Store
@@ -35,6 +39,7 @@ HELD_OUT_SHARE = 0.2
 UNANSWERABLE_TAG = "unanswerable"
 _DIFFICULTY_IN = {"easy": "easy", "medium": "standard", "standard": "standard", "hard": "hard"}
 _DIFFICULTY_OUT = {"easy": "easy", "standard": "medium", "hard": "hard"}
+_SOURCE_ALIASES = {"auto_promoted": GoldenSource.AUTO_NOMINATED}
 
 
 class GoldenImportError(ValueError):
@@ -98,34 +103,48 @@ def parse_lines(text: str, origin: str) -> list[GoldenLine]:
     return out
 
 
-def add_entry(store: Store, line: GoldenLine, *, created_by: str) -> GoldenSetEntry:
+def source_of(raw: str) -> GoldenSource:
+    """A line's `source` as the vocabulary's member; anything unknown counts as imported."""
+    raw = _SOURCE_ALIASES.get(raw, raw)
+    return GoldenSource(raw) if raw in set(GoldenSource) else GoldenSource.IMPORTED
+
+
+def new_entry(line: GoldenLine, *, source: GoldenSource | None = None) -> NewEntry:
+    """A line as the repository's insert; held out by the stable hash, never by the caller."""
     unanswerable = line.should_refuse or line.type == "unanswerable"
     tags = list(dict.fromkeys([*line.domain_tags, *([UNANSWERABLE_TAG] if unanswerable else [])]))
-    return store.golden.add_golden_entry(
-        line.question.strip(),
-        "" if unanswerable else (line.expected_answer or line.reference_answer or ""),
-        source=line.source if line.source in ("human", "auto_promoted", "adversarial", "imported") else "imported",
-        created_by=created_by,
-        required_chunk_ids=line.required_chunk_ids or line.relevant_chunk_ids,
-        required_doc_ids=line.required_doc_ids or line.relevant_doc_ids,
+    return NewEntry(
+        question=line.question.strip(),
+        expected_answer="" if unanswerable else (line.expected_answer or line.reference_answer or ""),
+        source=source or source_of(line.source),
+        required_chunk_ids=tuple(line.required_chunk_ids or line.relevant_chunk_ids),
+        required_doc_ids=tuple(line.required_doc_ids or line.relevant_doc_ids),
         difficulty=_DIFFICULTY_IN.get(line.difficulty, "standard"),
-        domain_tags=tags,
+        domain_tags=tuple(tags),
         held_out=is_held_out(line.question),
     )
 
 
+def add_entry(store: Store, line: GoldenLine, *, created_by: str, source: GoldenSource | None = None) -> GoldenSetEntry:
+    """One question as one golden-set change (version)."""
+    e = new_entry(line, source=source)
+    return store.golden.add_golden_entries([e], created_by=created_by, kind=GoldenChange.ADD)[0]
+
+
 def import_lines(store: Store, lines: Iterable[GoldenLine], *, created_by: str) -> ImportResult:
+    """The new questions of an import as one golden-set change (one version for the whole batch)."""
     live = {normalise(e.question) for e in store.golden.current_golden_set()}
-    added = skipped = held = 0
+    batch: list[NewEntry] = []
+    skipped = 0
     for line in lines:
         key = normalise(line.question)
         if key in live:
             skipped += 1
             continue
-        row = add_entry(store, line, created_by=created_by)
+        batch.append(new_entry(line))
         live.add(key)
-        added += 1
-        held += int(row.held_out)
+    rows = store.golden.add_golden_entries(batch, created_by=created_by, kind=GoldenChange.IMPORT)
+    added, held = len(rows), sum(1 for r in rows if r.held_out)
     if added:
         store.audit.record(
             "golden_import",
@@ -173,16 +192,23 @@ def held_out_set(store: Store) -> list[GoldenSetEntry]:
     return [e for e in store.golden.current_golden_set() if e.held_out]
 
 
-def items(store: Store, *, include_held_out: bool = True) -> list[GoldenItem]:
-    return [to_item(e) for e in store.golden.current_golden_set(include_held_out=include_held_out)]
+def items(store: Store, *, include_held_out: bool = True, version: int | None = None) -> list[GoldenItem]:
+    """The live set (or the set at golden-set `version`) as harness items."""
+    if version is None:
+        rows = store.golden.current_golden_set(include_held_out=include_held_out)
+    else:
+        rows = store.golden.golden_set_at_version(version, include_held_out=include_held_out)
+    return [to_item(e) for e in rows]
 
 
-def export_jsonl(store: Store, path: str | Path, *, include_held_out: bool = True) -> int:
-    """Write the live set as `GoldenItem` lines; returns how many."""
-    rows = items(store, include_held_out=include_held_out)
+def export_jsonl(store: Store, path: str | Path, *, include_held_out: bool = True, version: int | None = None) -> int:
+    """Write the live set (or the set at `version`) as `GoldenItem` lines, atomically; returns how many."""
+    rows = items(store, include_held_out=include_held_out, version=version)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(p)
     return len(rows)
 
 
@@ -200,6 +226,10 @@ def entry_json(e: GoldenSetEntry) -> dict[str, Any]:
         "domain_tags": list(e.domain_tags or []),
         "held_out": e.held_out,
         "created_by": e.created_by,
+        "approved_at": e.approved_at.isoformat() if e.approved_at else None,
         "created_at": e.created_at.isoformat(),
         "deprecated_at": e.deprecated_at.isoformat() if e.deprecated_at else None,
+        "added_in": e.added_in,
+        "deprecated_in": e.deprecated_in,
+        "superseded_by": e.superseded_by,
     }

@@ -192,7 +192,8 @@ class OnlineEvaluator:
     def _golden_reference(self, question: str) -> str | None:
         now = self.clock()
         if self._golden is None or now - self._golden[0] > GOLDEN_TTL_S:
-            entries = self.store.golden.current_golden_set()
+            # not the held-out share: its answers must not steer the scores remediation acts on
+            entries = self.store.golden.current_golden_set(include_held_out=False)
             self._golden = (now, {question_hash(e.question): e.expected_answer for e in entries})
         return self._golden[1].get(question_hash(question))
 

@@ -104,7 +104,9 @@ def _reference(store: Store, question: str, payload: EvaluationPayload) -> str |
     if ref and ref.strip():
         return ref
     h = question_hash(question)
-    return next((e.expected_answer for e in store.golden.current_golden_set() if question_hash(e.question) == h), None)
+    # the held-out 20% never feeds diagnosis or remediation (it is for out-of-sample evaluation only)
+    live = store.golden.current_golden_set(include_held_out=False)
+    return next((e.expected_answer for e in live if question_hash(e.question) == h), None)
 
 
 def load_served(store: Store, answer_id: str) -> ServedAnswer | None:

@@ -201,10 +201,12 @@ def _periodic(
 ) -> PeriodicTasks:
     """Experiment aggregation and the auto-experiment step (on by default), the scheduled regression run
     (off by default; `RAGLOOP_REGRESSION_INTERVAL_S=86400` for nightly, "nightly" read on the loop's
-    `clock`)."""
+    `clock`), the evaluator-drift rubric check, and the nightly golden-set nomination (off by default)."""
     from ragloop.experiments.aggregation import aggregate_running
     from ragloop.experiments.auto import AutoOutcome, auto_experiment_step, golden_check
     from ragloop.experiments.drift import rubric_check, rubric_due
+    from ragloop.experiments.golden_review import NightlyNomination
+    from ragloop.experiments.golden_versions import target_mix
     from ragloop.experiments.promotion import MaintenanceWindow
     from ragloop.experiments.regression import regression_due, run_regression
     from ragloop.experiments.runtime import build_answerer, golden_smoke_test
@@ -256,6 +258,16 @@ def _periodic(
 
     every = min(cfg.rubric_check_interval_s, 3600.0) if cfg.rubric_check_interval_s > 0 else 0.0
     tasks.add("rubric-check", every, rubric)
+
+    nightly = NightlyNomination(store, clock=clock, hour_utc=cfg.golden_nomination_hour)
+    target_mix(cfg.golden_target_mix)  # a malformed RAGLOOP_GOLDEN_TARGET_MIX fails here, at start-up
+
+    def nominate() -> None:
+        report = nightly.tick()  # at most once per UTC day of the loop's clock
+        if report is not None:
+            log.info("golden nomination: %d nominated of %d considered", len(report.nominated), report.considered)
+
+    tasks.add("golden-nomination", cfg.golden_nomination_check_s, nominate)
     return tasks
 
 

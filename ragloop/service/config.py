@@ -114,6 +114,15 @@ class ServiceConfig:
     rubric_check_interval_s: float = 30 * 86400.0
     """The evaluator-drift rubric check (tier-2 scores vs implicit satisfaction, `ragloop drift check`):
     monthly by default, read on the loop's clock; 0 turns it off."""
+    golden_nomination_check_s: float = 0.0
+    """How often the server checks whether the nightly golden-set nomination is due (it runs at most
+    once per UTC day of the loop's clock, at or after `golden_nomination_hour`); 0 (the default) turns
+    it off."""
+    golden_nomination_hour: int = 2
+    golden_target_mix: str = ""
+    """The golden set's target difficulty mix, "easy=0.3,standard=0.5,hard=0.2" (empty: that default)."""
+    golden_coverage_radius: float = 0.8
+    """Cosine similarity within which a production query counts as covered by a golden question."""
 
     extra: dict[str, Any] = field(default_factory=dict)
 

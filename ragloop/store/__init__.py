@@ -5,6 +5,7 @@ durable evaluation queue. SQLite by default (`RAGLOOP_HOME/ragloop.db`, WAL), Po
 from ragloop.store.db import Database, default_database_url, make_engine, normalize_url
 from ragloop.store.document_models import DocumentJob
 from ragloop.store.facade import Store
+from ragloop.store.golden_models import GoldenCandidate, GoldenSetVersion
 from ragloop.store.improve_models import DiagnosisRecord, ImprovementAction, KnowledgeGap
 from ragloop.store.migrations import current_revision, downgrade, head_revision, upgrade
 from ragloop.store.models import (
@@ -76,8 +77,10 @@ __all__ = [
     "Experiments",
     "FailureMode",
     "Feedback",
+    "GoldenCandidate",
     "GoldenSet",
     "GoldenSetEntry",
+    "GoldenSetVersion",
     "ImprovementAction",
     "ImprovementActions",
     "ImprovementAuditLog",

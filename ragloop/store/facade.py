@@ -17,6 +17,7 @@ from ragloop.store.repositories import (
     Evaluations,
     Experiments,
     Feedback,
+    GoldenCandidates,
     GoldenSet,
     ImprovementActions,
     KnowledgeGaps,
@@ -36,6 +37,7 @@ class Store:
         self.evaluations = Evaluations(db)
         self.feedback = Feedback(db)
         self.golden = GoldenSet(db)
+        self.golden_candidates = GoldenCandidates(db, self.golden)
         self.regressions = RegressionRuns(db)
         self.experiments = Experiments(db)
         self.pipelines = PipelineVersions(db)

@@ -235,6 +235,10 @@ class GoldenSetEntry(Base):
     deprecated_at: Mapped[datetime | None] = mapped_column()
     superseded_by: Mapped[str | None] = mapped_column(ANSWER_ID, ForeignKey("golden_set_entries.entry_id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    added_in: Mapped[int | None] = mapped_column(Integer, index=True)
+    """The golden-set version (`golden_set_versions.version`) whose change inserted this row."""
+    deprecated_in: Mapped[int | None] = mapped_column(Integer)
+    """The golden-set version that deprecated it (set with `deprecated_at`); None while live."""
 
     __table_args__ = (UniqueConstraint("lineage_id", "version"),)
 
@@ -442,6 +446,8 @@ TABLE_NAMES = (
     "evaluations",
     "user_feedback",
     "golden_set_entries",
+    "golden_set_versions",
+    "golden_candidates",
     "regression_runs",
     "experiments",
     "pipeline_versions",

@@ -118,3 +118,49 @@ class GapStatus(StrEnum):
     OPEN = "open"
     ADDRESSED = "addressed"
     DISMISSED = "dismissed"
+
+
+class GoldenSource(StrEnum):
+    """Where a golden entry came from (`golden_set_entries.source`, `golden_candidates.source`)."""
+
+    HUMAN = "human"
+    """Written by a person (`POST /v1/golden`, `ragloop golden add`)."""
+    AUTO_NOMINATED = "auto_nominated"
+    """A production answer the nightly nomination proposed and a reviewer approved (never unapproved)."""
+    ADVERSARIAL = "adversarial"
+    """Written by the adversarial generator at a coverage gap, approved by a reviewer."""
+    IMPORTED = "imported"
+    """Read from a JSONL file (`ragloop golden import`)."""
+
+
+MACHINE_SOURCES: tuple[GoldenSource, ...] = (GoldenSource.AUTO_NOMINATED, GoldenSource.ADVERSARIAL)
+"""Sources that reach the golden set only through the review queue."""
+
+
+class GoldenDifficulty(StrEnum):
+    """A golden entry's difficulty; the set's mix is reported against a configurable target."""
+
+    EASY = "easy"
+    STANDARD = "standard"
+    HARD = "hard"
+
+
+class GoldenChange(StrEnum):
+    """What one golden-set version did (`golden_set_versions.kind`)."""
+
+    ADD = "add"
+    IMPORT = "import"
+    REVISE = "revise"
+    DEPRECATE = "deprecate"
+    APPROVE = "approve"
+    """A reviewed candidate entered the set."""
+    BACKFILL = "backfill"
+    """Reconstructed by migration 0007_golden from rows written before versions were stamped."""
+
+
+class CandidateStatus(StrEnum):
+    """A golden candidate's state in the review queue (`golden_candidates.status`)."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"

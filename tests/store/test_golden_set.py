@@ -67,7 +67,7 @@ def test_held_out_and_approval_filters(store: Store) -> None:
     from ragloop.store import utcnow
 
     store.golden.add_golden_entry("q1", "a", source="human", created_by="x", approved_at=utcnow())
-    store.golden.add_golden_entry("q2", "a", source="auto_promoted", created_by="x")
+    store.golden.add_golden_entry("q2", "a", source="auto_nominated", created_by="x")
     store.golden.add_golden_entry("q3", "a", source="human", created_by="x", held_out=True, approved_at=utcnow())
     assert {e.question for e in store.golden.current_golden_set(include_held_out=False)} == {"q1", "q2"}
     assert {e.question for e in store.golden.current_golden_set(approved_only=True)} == {"q1", "q3"}

@@ -31,6 +31,8 @@ EXPECTED_TABLES = {
     "evaluations",
     "user_feedback",
     "golden_set_entries",
+    "golden_set_versions",
+    "golden_candidates",
     "regression_runs",
     "experiments",
     "pipeline_versions",

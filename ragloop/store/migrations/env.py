@@ -19,6 +19,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 import ragloop.store.document_models  # registers document_jobs on Base.metadata
+import ragloop.store.golden_models
 import ragloop.store.improve_models  # noqa: F401  (registers the diagnosis and remediation tables)
 from ragloop.store.db import make_engine
 from ragloop.store.models import Base

@@ -26,7 +26,9 @@ from ragloop.store.repositories.document_jobs import DocumentJobs
 from ragloop.store.repositories.evaluations import Evaluations
 from ragloop.store.repositories.experiments import Experiments, RegressionRuns
 from ragloop.store.repositories.feedback import Feedback, feedback_weight
-from ragloop.store.repositories.golden import GoldenSet
+from ragloop.store.repositories.golden import GoldenSet, NewEntry
+from ragloop.store.repositories.golden_candidates import GoldenCandidates, NominationFacts
+from ragloop.store.repositories.golden_candidates import Proposal as GoldenProposal
 from ragloop.store.repositories.improvement_actions import ImprovementActions, Proposal
 from ragloop.store.repositories.knowledge_gaps import KnowledgeGaps
 from ragloop.store.repositories.model_calls import ModelCalls, ModelUsage
@@ -45,12 +47,16 @@ __all__ = [
     "Evaluations",
     "Experiments",
     "Feedback",
+    "GoldenCandidates",
+    "GoldenProposal",
     "GoldenSet",
     "ImprovementActions",
     "IssuedApiKey",
     "KnowledgeGaps",
     "ModelCalls",
     "ModelUsage",
+    "NewEntry",
+    "NominationFacts",
     "NotFoundError",
     "PipelineVersions",
     "Proposal",
