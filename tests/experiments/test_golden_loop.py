@@ -247,6 +247,7 @@ def test_difficulty_mix_against_its_target(store: Store) -> None:
 
 
 def test_held_out_entries_never_reach_regression_or_remediation(store: Store) -> None:
+    from ragloop.improve.payload import EvaluationPayload
     from ragloop.improve.served import _reference
     from ragloop.store.repositories import GoldenProposal
 
@@ -273,7 +274,7 @@ def test_held_out_entries_never_reach_regression_or_remediation(store: Store) ->
     assert asked and not set(asked) & held and len(asked) == 40 - len(held)
     # remediation's ideal answer (diagnosis) never comes from a held-out entry
     for q in questions:
-        got = _reference(store, q, {})
+        got = _reference(store, q, EvaluationPayload())
         assert (got is None) == (q in held)
 
 
