@@ -155,7 +155,7 @@ class GoldenChange(StrEnum):
     APPROVE = "approve"
     """A reviewed candidate entered the set."""
     BACKFILL = "backfill"
-    """Reconstructed by migration 0007_golden from rows written before versions were stamped."""
+    """Reconstructed by migration 0008_golden from rows written before versions were stamped."""
 
 
 class CandidateStatus(StrEnum):

@@ -1,7 +1,7 @@
 """The golden set's version history and review queue.
 
-Revision ID: 0007_golden
-Revises: 0006_judge_pin
+Revision ID: 0008_golden
+Revises: 0007_model_calls_log
 Create Date: 2026-12-02
 
 - `golden_set_versions`: one row per change of the golden set; `version` is the set's version number.
@@ -28,8 +28,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0007_golden"
-down_revision: str | None = "0006_judge_pin"
+revision = "0008_golden"
+down_revision: str | None = "0007_model_calls_log"
 branch_labels: str | None = None
 depends_on: str | None = None
 
@@ -186,7 +186,7 @@ def _backfill() -> None:
                 version=n,
                 kind="backfill",
                 actor=actors[0] if len(actors) == 1 else "migration",
-                note="reconstructed from timestamps by migration 0007",
+                note="reconstructed from timestamps by migration 0008",
                 added=sorted(ev["added"]),
                 deprecated=sorted(ev["deprecated"]),
                 created_at=when.replace(tzinfo=None) if naive else when,
