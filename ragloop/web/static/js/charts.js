@@ -118,7 +118,7 @@ export function forest(rows, { label, domain, reference = null, width = 640 }) {
   rows.forEach((r, i) => {
     const y = 8 + i * rowH + rowH / 2;
     root.append(
-      s("text", { x: left - 8, y: y + 4, "text-anchor": "end", class: "row-label", text: clip(r.label, 40) }),
+      s("text", { x: left - 8, y: y + 4, "text-anchor": "end", class: "row-label", text: clip(r.label, Math.floor(left / 6.5)) }),
       interval(x, y, r, `est ${r.cls || ""}`),
       s("text", { x: right + 6, y: y + 4, class: "row-note", text: r.note || "" }),
     );
@@ -143,7 +143,7 @@ export function bars(rows, { label, width = 640, max = null, format = (v) => Str
   rows.forEach((r, i) => {
     const y = 4 + i * rowH;
     root.append(
-      s("text", { x: left - 8, y: y + rowH / 2 + 4, "text-anchor": "end", class: "row-label", text: clip(r.label, 48) }),
+      s("text", { x: left - 8, y: y + rowH / 2 + 4, "text-anchor": "end", class: "row-label", text: clip(r.label, Math.floor(left / 6.5)) }),
       s("rect", { x: left, y: y + 4, width: Math.max(1, x(r.value) - left), height: rowH - 8, rx: 3, class: `bar ${r.cls || ""}` }),
       s("text", { x: x(r.value) + 5, y: y + rowH / 2 + 4, class: "row-note", text: format(r.value) }),
     );
@@ -164,4 +164,11 @@ export function legend(items) {
     ul.append(li);
   }
   return ul;
+}
+
+// The width to draw at: `preferred`, or the box's own width on a narrower screen (so the labels
+// keep their 12px instead of being scaled down with the whole picture). Never under 300.
+export function fitWidth(box, preferred) {
+  const w = box && box.clientWidth ? Math.floor(box.clientWidth) : preferred;
+  return Math.max(300, Math.min(preferred, w));
 }

@@ -2,7 +2,7 @@
 // evaluation filtered by tier, failure mode, score and experiment, with the question and answer it
 // judged (as text).
 
-import { fmt, forest } from "./charts.js";
+import { fitWidth, fmt, forest } from "./charts.js";
 import { $, clear, el, fmtTime } from "./dom.js";
 
 const PAGE = 25;
@@ -52,14 +52,15 @@ async function showAgreement() {
   const label = (p) => `${TIER_NAMES[p.a]} vs ${TIER_NAMES[p.b]}`;
   const rows = (key) =>
     data.pairs.map((p) => ({ label: label(p), value: p[key].value, lo: p[key].lo, hi: p[key].hi, note: p.n ? `n=${p.n}` : "n=0, none yet" }));
+  const width = fitWidth(box, 560);
   const grid = el("div", { class: "stack" });
   grid.append(
     el("figure", { class: "metric" }, el("figcaption", { text: "Same pass/fail verdict (Wilson 95%)" }),
-      forest(rows("agreement"), { label: "Share of answers on which two tiers agree, with 95% intervals", domain: [0, 1], width: 520 })),
+      forest(rows("agreement"), { label: "Share of answers on which two tiers agree, with 95% intervals", domain: [0, 1], width })),
     el("figure", { class: "metric" }, el("figcaption", { text: "Cohen's kappa (bootstrap 95%)" }),
-      forest(rows("kappa"), { label: "Agreement beyond chance, with 95% intervals", domain: [-1, 1], reference: 0, width: 520 })),
+      forest(rows("kappa"), { label: "Agreement beyond chance, with 95% intervals", domain: [-1, 1], reference: 0, width })),
     el("figure", { class: "metric" }, el("figcaption", { text: "Mean |score difference| (bootstrap 95%)" }),
-      forest(rows("mean_abs_difference"), { label: "Mean absolute score difference between two tiers, with 95% intervals", domain: [0, 1], width: 520 })),
+      forest(rows("mean_abs_difference"), { label: "Mean absolute score difference between two tiers, with 95% intervals", domain: [0, 1], width })),
   );
   box.append(grid, el("p", { class: "muted small", text: `${data.answers} answers with a second opinion; pass means score ≥ ${data.threshold}.` }));
 }

@@ -2,7 +2,7 @@
 // always-valid confidence sequence drawn over time, guardrails, promote / stop / reject, and a form
 // that starts a new one.
 
-import { chart, extent, fmt, forest, legend, s, scale, ticks, yAxis } from "./charts.js";
+import { chart, extent, fitWidth, fmt, forest, legend, s, scale, ticks, yAxis } from "./charts.js";
 import { confirmAction } from "./confirm.js";
 import { $, clear, el, fmtTime } from "./dom.js";
 
@@ -119,6 +119,7 @@ function renderMetrics(res) {
     const better = m.direction === "lower_is_better" ? "lower is better" : "higher is better";
     fig.append(el("figcaption", {}, el("strong", { text: name }), ` (${better})`));
     fig.append(forest([armRow("control", m.control, "control"), armRow("treatment", m.treatment, "treatment")], {
+      width: fitWidth(box, 640),
       label: `${name}: mean per variant with 95% intervals`,
     }));
     const c = m.comparison;
@@ -187,7 +188,7 @@ async function drawSequence(id, metric) {
     box.append(el("p", { class: "muted", text: "No comparison yet: each arm needs at least two scores." }));
     return;
   }
-  box.append(sequenceChart(seq));
+  box.append(sequenceChart(seq, fitWidth(box, 720)));
   box.append(legend([
     { cls: "band-av", text: "always-valid 95% confidence sequence (may be read at every look)" },
     { cls: "welch", text: "Welch 95% interval (fixed-sample; not valid under peeking)" },
@@ -198,8 +199,7 @@ async function drawSequence(id, metric) {
   box.append(el("p", { class: "small", text: `${pts.length} points; last at ${fmtTime(last.at)}: n = ${last.n_control} control, ${last.n_treatment} treatment; burn-in ${seq.burn_in} per arm.` }));
 }
 
-function sequenceChart(seq) {
-  const W = 720;
+function sequenceChart(seq, W) {
   const H = 260;
   const L = 58;
   const R = W - 12;

@@ -3,7 +3,7 @@
 // question and the proposed answer only (the API gives no machine score to show), so a reviewer
 // decides on the content. A golden route this server does not have yet is named, not hidden.
 
-import { bars, fmt, forest } from "./charts.js";
+import { bars, fitWidth, fmt, forest } from "./charts.js";
 import { $, clear, el, fmtTime } from "./dom.js";
 
 let api;
@@ -42,7 +42,7 @@ async function showGaps() {
   }
   chartBox.append(bars(
     data.gaps.slice(0, 15).map((g) => ({ label: g.representative_question, value: g.count })),
-    { label: "Knowledge gaps by the number of questions that ran into them", format: (v) => `${v} question${v === 1 ? "" : "s"}` },
+    { width: fitWidth(chartBox, 640), label: "Knowledge gaps by the number of questions that ran into them", format: (v) => `${v} question${v === 1 ? "" : "s"}` },
   ));
   chartBox.append(el("p", { class: "muted small", text: `${data.open} open gap${data.open === 1 ? "" : "s"} in all collections.` }));
   for (const g of data.gaps) {
@@ -93,7 +93,7 @@ async function showGolden() {
         note: `${r.count}/${r.n}`,
         cls: r.verdict === "on_target" || r.verdict === "no_data" ? "" : "off-target",
       })),
-      { label: "Share of each difficulty with its Wilson 95% interval", domain: [0, 1], width: 480 },
+      { label: "Share of each difficulty with its Wilson 95% interval", domain: [0, 1], width: fitWidth($("golden-summary"), 480) },
     ));
     mixBox.append(el("ul", { class: "plain small" }, ...m.mix.map((r) => el("li", { text: `${r.difficulty}: ${r.verdict.replace("_", " ")}` }))));
     summaryBox.append(el("p", { class: "muted small", text: `by source: ${Object.entries(m.by_source).map(([k, v]) => `${k} ${v}`).join(", ") || "–"}` }));
@@ -102,7 +102,7 @@ async function showGolden() {
     const counts = {};
     for (const e of set.data.entries) counts[e.difficulty] = (counts[e.difficulty] || 0) + 1;
     mixBox.append(el("h3", { text: "Difficulty mix" }));
-    mixBox.append(bars(Object.entries(counts).map(([k, v]) => ({ label: k, value: v })), { label: "Golden entries per difficulty", width: 480 }));
+    mixBox.append(bars(Object.entries(counts).map(([k, v]) => ({ label: k, value: v })), { label: "Golden entries per difficulty", width: fitWidth($("golden-summary"), 480) }));
     unavailable(mixBox, summary, "Difficulty mix against the target");
   }
 
@@ -111,7 +111,7 @@ async function showGolden() {
     const c = coverage.data;
     covBox.append(forest(
       [{ label: `within ${c.radius} of a golden question`, value: c.coverage, lo: c.ci95 ? c.ci95[0] : null, hi: c.ci95 ? c.ci95[1] : null, note: `${c.covered}/${c.n}` }],
-      { label: "Share of recent production questions near a golden question, with its 95% interval", domain: [0, 1], width: 480 },
+      { label: "Share of recent production questions near a golden question, with its 95% interval", domain: [0, 1], width: fitWidth($("golden-summary"), 480) },
     ));
     covBox.append(el("p", { class: "muted small", text: `${c.n} distinct questions over ${c.days} days in ${c.collection}; ${c.uncovered_clusters.length} uncovered clusters` }));
     if (c.uncovered_clusters.length) {

@@ -3,7 +3,7 @@
 // by kind, each with its evidence and the expected against the measured effect; a revert button
 // where the entry's improvement action can still be undone.
 
-import { chart, extent, fmt, s, scale } from "./charts.js";
+import { chart, extent, fitWidth, fmt, s, scale } from "./charts.js";
 import { confirmAction } from "./confirm.js";
 import { $, clear, el, fmtTime } from "./dom.js";
 
@@ -81,9 +81,9 @@ function renderStrip(entries) {
   const box = clear($("tl-chart"));
   if (!entries.length) return;
   const kinds = KINDS.filter(([k]) => entries.some((e) => kindOf(e.action_type) === k));
-  const W = 720;
+  const W = fitWidth(box, 720);
   const rowH = 22;
-  const L = 150;
+  const L = Math.min(150, W * 0.36);
   const R = W - 16;
   const H = kinds.length * rowH + 30;
   const times = entries.map((e) => new Date(e.created_at).getTime());
@@ -104,9 +104,11 @@ function renderStrip(entries) {
       root.append(dot);
     });
   });
+  // within a day the times alone; a narrow strip has room for nothing longer
+  const short = (t) => (t1 - t0 < 86_400_000 ? new Date(t).toLocaleTimeString() : new Date(t).toLocaleDateString());
   root.append(
-    s("text", { x: L, y: H - 6, class: "axis-label", text: fmtTime(new Date(t0).toISOString()) }),
-    s("text", { x: R, y: H - 6, "text-anchor": "end", class: "axis-label", text: fmtTime(new Date(t1).toISOString()) }),
+    s("text", { x: L, y: H - 6, class: "axis-label", text: short(t0) }),
+    s("text", { x: R, y: H - 6, "text-anchor": "end", class: "axis-label", text: short(t1) }),
   );
   box.append(root);
 }
@@ -133,8 +135,7 @@ function deltas(entry) {
   };
 }
 
-function deltaChart(d) {
-  const W = 420;
+function deltaChart(d, W) {
   const H = 64;
   const L = 90;
   const R = W - 16;
@@ -194,7 +195,7 @@ function renderList(entries) {
     if (d) {
       item.append(
         el("p", { class: "small", text: `${d.metric}: expected ${fmt(d.expected)}, measured ${fmt(d.actual)}${d.lo !== null ? ` (95% [${fmt(d.lo)}, ${fmt(d.hi)}]${d.n !== null ? `, n=${d.n}` : ""})` : ""}${d.verdict ? ` · ${d.verdict}` : ""}` }),
-        deltaChart(d),
+        deltaChart(d, fitWidth(list, 420)),
       );
     }
     if (e.refers_to) item.append(el("p", { class: "muted small", text: `follows up entry ${e.refers_to}` }));
