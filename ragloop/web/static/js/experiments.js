@@ -10,6 +10,8 @@ const METRICS = ["tier1_score", "faithfulness", "answer_relevancy", "context_pre
 const DEFAULT_GUARDS = ["faithfulness", "latency_p99"];
 let api;
 let openId = null;
+let openRunning = false;
+const LIVE_MS = 30_000;
 
 export function init(client) {
   api = client;
@@ -26,6 +28,12 @@ export function init(client) {
   $("exp-create").addEventListener("submit", create);
   $("exp-refresh").addEventListener("click", () => show());
   $("exp-seq-metric").addEventListener("change", () => openId && drawSequence(openId, $("exp-seq-metric").value));
+  // live results: a running experiment open on a visible page is looked at again every 30 s
+  setInterval(() => {
+    if (openRunning && openId && !$("page-experiments").hidden && document.visibilityState === "visible" && $("exp-live").checked) {
+      openExperiment(openId).catch(() => {});
+    }
+  }, LIVE_MS);
 }
 
 export async function show() {
@@ -66,18 +74,23 @@ function statusBadge(status) {
 }
 
 async function openExperiment(id) {
+  if (id !== openId) $("exp-status").textContent = "";
   openId = id;
   const [x, res] = await Promise.all([api.get(`/v1/experiments/${id}`), api.get(`/v1/experiments/${id}/results`)]);
+  openRunning = x.status === "running";
   $("exp-detail").hidden = false;
   $("exp-detail-title").textContent = `Results: ${x.name}`;
   renderSummary(x, res);
   renderMetrics(res);
   renderGuardrails(x, res);
   renderActions(x);
+  const shown = $("exp-seq-metric").value;
   const select = clear($("exp-seq-metric"));
   const names = [...new Set([x.primary_metric, ...x.guardrail_metrics])];
   for (const m of names) select.append(el("option", { value: m, text: m === x.primary_metric ? `${m} (primary)` : m }));
-  await drawSequence(id, x.primary_metric);
+  const metric = names.includes(shown) ? shown : x.primary_metric;
+  select.value = metric;
+  await drawSequence(id, metric);
 }
 
 function renderSummary(x, res) {
@@ -148,7 +161,6 @@ function renderGuardrails(x, res) {
 
 function renderActions(x) {
   const box = clear($("exp-actions"));
-  $("exp-status").textContent = "";
   if (!["running", "halted"].includes(x.status)) return;
   const act = (verb, label, text, cls) =>
     el("button", { type: "button", class: cls, text: label, on: { click: () => act2(x, verb, label, text) } });
