@@ -22,26 +22,33 @@ from ragloop.experiments.versions import version_config
 if TYPE_CHECKING:
     from ragloop.agent.api import Agent
     from ragloop.config import PipelineConfig, Settings
+    from ragloop.models.chat import CallSink
     from ragloop.store import Store
 
 
 def agent_answerer(agent: Agent) -> Answerer:
+    from ragloop.models.chat import CallPurpose, call_scope
+
     def answer(question: str) -> Answered:
-        ans = agent.answer(question)
+        with call_scope(purpose=CallPurpose.GOLDEN_RUN):  # the call log tells golden runs from served answers
+            ans = agent.answer(question)
         docs = [c.doc_id for c in ans.citations] + [c.doc_id for c in ans.hits]
         return Answered(ans.answer, [d for d in dict.fromkeys(docs) if d], bool(ans.refused))
 
     return answer
 
 
-def build_answerer(settings: Settings, collection: str, config: PipelineConfig) -> Answerer:
+def build_answerer(
+    settings: Settings, collection: str, config: PipelineConfig, *, calls: CallSink | None = None
+) -> Answerer:
+    """`calls`: the call log (the store's `model_calls`) the agent's model calls are written to."""
     from ragloop.agent.build import build_agent
     from ragloop.retrieval.collection import Collection
 
     coll = Collection(collection, settings)
     if not coll.exists():
         raise LookupError(f"no collection named {collection!r}")
-    return agent_answerer(build_agent(coll, config))
+    return agent_answerer(build_agent(coll, config, calls=calls))
 
 
 def golden_smoke_test(
@@ -52,7 +59,7 @@ def golden_smoke_test(
         if not entries:
             return SmokeResult(True, {"entries": 0, "note": "empty golden set: nothing to check"})
         try:
-            answer = build_answerer(settings, collection, version_config(store, version_id))
+            answer = build_answerer(settings, collection, version_config(store, version_id), calls=store.model_calls)
             scored = [score_entry(e, answer(e.question)) for e in entries]
         except Exception as exc:
             return SmokeResult(False, {"error": f"{type(exc).__name__}: {str(exc)[:300]}"})

@@ -226,7 +226,7 @@ def _periodic(
         version, config = agents.active()
         run_regression(
             store,
-            build_answerer(settings, cfg.collection, config),
+            build_answerer(settings, cfg.collection, config, calls=store.model_calls),
             pipeline_version=version,
             webhook_url=cfg.regression_webhook_url,
             clock=clock,
@@ -236,7 +236,9 @@ def _periodic(
     auto_settings = cfg.auto_experiments
     check = golden_check(
         store,
-        lambda version: build_answerer(settings, cfg.collection, version_config(store, version)),
+        lambda version: build_answerer(
+            settings, cfg.collection, version_config(store, version), calls=store.model_calls
+        ),
         threshold=auto_settings.golden_threshold,
         limit=auto_settings.golden_limit,
     )

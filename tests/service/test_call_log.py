@@ -116,3 +116,13 @@ def test_the_cli_logs_to_the_default_store_without_a_service_database(
     out = json.loads(r.stdout)
     assert [c["call_id"] for c in out["calls"]] == [x.call_id for x in rows]
     assert out["totals"]["test:scripted"]["calls"] == len(rows)
+
+
+def test_golden_runs_are_logged_apart_from_served_answers(collection: Collection, store: Store) -> None:
+    """The scheduled regression and the candidates' golden checks answer through `build_answerer`."""
+    from ragloop.experiments.runtime import build_answerer
+
+    answer = build_answerer(Settings(), "default", CHAT, calls=store.model_calls)
+    assert answer(Q).answer
+    rows = store.model_calls.recent()
+    assert rows and all((r.purpose, r.answer_id) == (CallPurpose.GOLDEN_RUN, None) and r.step in NODES for r in rows)

@@ -218,17 +218,23 @@ def agent_runner(ctx: RemediationContext, collection: str) -> RunnerFactory:
     @contextmanager
     def run(cfg: PipelineConfig) -> Iterator[Answerer]:
         from ragloop.agent.build import build_agent
+        from ragloop.models.chat import CallPurpose, call_scope
 
         coll = ctx.collections(collection)
         with tempfile.TemporaryDirectory(prefix="ragloop-prompt-trial-") as tmp:
             d = Path(tmp)
             agent = build_agent(
-                coll, cfg, checkpointer_url=f"sqlite:///{d / 'cp.sqlite'}", log_url=f"sqlite:///{d / 'log.sqlite'}"
+                coll,
+                cfg,
+                checkpointer_url=f"sqlite:///{d / 'cp.sqlite'}",
+                log_url=f"sqlite:///{d / 'log.sqlite'}",
+                calls=ctx.store.model_calls,
             )
             try:
 
                 def answer(question: str) -> GoldenAnswer:
-                    ans = agent.answer(question)
+                    with call_scope(purpose=CallPurpose.GOLDEN_RUN):
+                        ans = agent.answer(question)
                     return GoldenAnswer(ans.answer, tuple(text for _, text in ans.sources()), bool(ans.refused))
 
                 yield answer

@@ -55,6 +55,9 @@ class CallPurpose(StrEnum):
     """The tier-2 judge."""
     DIAGNOSIS = "diagnosis"
     """Failure diagnosis: the oracle's scorer, paraphrases, knowledge-gap questions (`step` says which)."""
+    GOLDEN_RUN = "golden_run"
+    """Answering the golden set: the scheduled regression, candidate smoke tests and golden checks,
+    prompt-candidate trials (`step` names the node)."""
     GOLDEN_DRAFT = "golden_draft"
     """Drafting golden-set questions (`ragloop eval golden draft --chat-model`)."""
     UNATTRIBUTED = "unattributed"
