@@ -46,7 +46,8 @@ def test_fit_fusion_registers_only_an_out_of_sample_gain() -> None:
 
     fit = fit_fusion(_tuples(30), K1.retrieval, dense_helps)
     assert fit.improves and fit.dense_weight == 0.8 and fit.lo > 0 and fit.queries == 30
-    assert fit.fitted_mrr == 1.0 and fit.baseline_mrr < 0.5 and len(fit.grid) == 11
+    assert fit.fitted_mrr == 1.0 and fit.baseline_mrr < 0.5 and len(fit.grid) == 13  # 11 weights, dense, bm25
+    assert fit.mode == "hybrid"
 
     def flat(cfg: RetrievalConfig, query: str, chunk_ids: Sequence[str]) -> list[float]:
         return [0.5 for _ in chunk_ids]
@@ -83,7 +84,7 @@ def _ranking_failure(store: Store, question: str, chunk_id: str, rank: int) -> s
 def test_the_buffer_fills_with_the_actions_answers_and_refits_into_a_candidate(
     store: Store, coll: Collection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    improving = ranking.FusionFit(0.9, None, 0.3, 0.6, 0.25, 0.1, 0.4, 3, [])
+    improving = ranking.FusionFit("hybrid", 0.9, None, 0.3, 0.6, 0.25, 0.1, 0.4, 3, [])
     seen: list[list[RankingTuple]] = []
 
     def fake_fit(tuples: list[RankingTuple], *_a: object, **_k: object) -> ranking.FusionFit:

@@ -1,6 +1,7 @@
 """Ranking buffer (ranking failures): (query, oracle chunk, actual rank, score) tuples, and at the
-buffer size a refit of the fusion weight (and the rerank weight when reranking is on) that becomes
-a *candidate* pipeline version, never the serving one.
+buffer size a refit of the retrieval mode (hybrid / dense / BM25), the fusion weight (and the rerank
+weight when reranking is on) and the top k (`topk`) that becomes a *candidate* pipeline version,
+never the serving one.
 
 The buffer is the action itself: the queue keeps one ranking action per collection and pipeline
 version, and every further ranking failure adds its answer to it while it is proposed; the tuples
@@ -89,6 +90,7 @@ def tuples_of(store: Store, answer_ids: Sequence[str]) -> list[RankingTuple]:
 
 @dataclass(frozen=True)
 class FusionFit:
+    mode: str
     dense_weight: float
     rerank_weight: float | None
     baseline_mrr: float
@@ -97,7 +99,7 @@ class FusionFit:
     lo: float
     hi: float
     queries: int
-    grid: list[dict[str, float]]
+    grid: list[dict[str, Any]]
 
     @property
     def improves(self) -> bool:
@@ -105,6 +107,7 @@ class FusionFit:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "mode": self.mode,
             "dense_weight": self.dense_weight,
             "rerank_weight": self.rerank_weight,
             "baseline_mrr": round(self.baseline_mrr, 6),
@@ -115,20 +118,27 @@ class FusionFit:
         }
 
 
-def variants(base: RetrievalConfig) -> list[tuple[float, float | None, RetrievalConfig]]:
-    """The grid: weighted fusion at each dense weight (x each rerank weight when reranking is on)."""
+MODES = ("hybrid", "dense", "bm25")
+
+
+def variants(base: RetrievalConfig) -> list[tuple[str, float, float | None, RetrievalConfig]]:
+    """The grid: weighted fusion at each dense weight (x each rerank weight when reranking is on),
+    and dense-only and BM25-only retrieval (where fusion has nothing to weigh), as (mode, dense
+    weight, rerank weight, config)."""
     out = []
     rerank = RERANK_WEIGHTS if base.rerank.enabled else (None,)
-    for w in DENSE_WEIGHTS:
-        for rw in rerank:
-            cfg = base.model_copy(
-                update={
-                    "fusion": base.fusion.model_copy(update={"method": "weighted", "dense_weight": w}),
-                    "use_expansion_cache": False,
-                    **({"rerank": base.rerank.model_copy(update={"weight": rw})} if rw is not None else {}),
-                }
-            )
-            out.append((w, rw, cfg))
+    for mode in MODES:
+        for w in DENSE_WEIGHTS if mode == "hybrid" else (base.fusion.dense_weight,):
+            for rw in rerank:
+                cfg = base.model_copy(
+                    update={
+                        "mode": mode,
+                        "fusion": base.fusion.model_copy(update={"method": "weighted", "dense_weight": w}),
+                        "use_expansion_cache": False,
+                        **({"rerank": base.rerank.model_copy(update={"weight": rw})} if rw is not None else {}),
+                    }
+                )
+                out.append((mode, w, rw, cfg))
     return out
 
 
@@ -146,7 +156,7 @@ def fit_fusion(
     queries = sorted(by_query)
     grid = variants(base)
     serving = base.model_copy(update={"use_expansion_cache": False})
-    configs = [serving] + [cfg for _, _, cfg in grid]
+    configs = [serving] + [cfg for *_, cfg in grid]
     rr = np.array([[float(np.mean(rr_of(cfg, q, by_query[q]))) for q in queries] for cfg in configs])
     base_rr, grid_rr = rr[0], rr[1:]
     fold = np.arange(len(queries)) % 2
@@ -159,16 +169,18 @@ def fit_fusion(
         held_out[test] = grid_rr[best, test] - base_rr[test]
     est = bootstrap_ci(held_out.tolist(), resamples=resamples, seed=seed)
     best_all = int(np.argmax(grid_rr.mean(axis=1)))
-    w, rw, _ = grid[best_all]
+    mode, w, rw, _ = grid[best_all]
     table = [
         {
+            "mode": gm,
             "dense_weight": gw,
             **({"rerank_weight": grw} if grw is not None else {}),
             "mrr": round(float(grid_rr[i].mean()), 6),
         }
-        for i, (gw, grw, _) in enumerate(grid)
+        for i, (gm, gw, grw, _) in enumerate(grid)
     ]
     return FusionFit(
+        mode=mode,
         dense_weight=w,
         rerank_weight=rw,
         baseline_mrr=float(base_rr.mean()),
@@ -216,25 +228,31 @@ class RankingBufferAction(Remediation[RankingPayload]):
         return None if n >= size else f"ranking buffer {n}/{size}"
 
     def apply(self, ctx: RemediationContext) -> AppliedChange:
+        from ragloop.improve.remediation.topk import fit_top_k  # it reads this module's types
+
         p = self.payload
         buffer = self.buffer(ctx)
-        fit = fit_fusion(
-            buffer,
-            ctx.config.retrieval,
-            retriever_rr(ctx, p.collection, ctx.settings.ranking_depth),
-            resamples=ctx.settings.resamples,
-            seed=ctx.settings.seed,
-        )
-        candidate = None
+        rr_of = retriever_rr(ctx, p.collection, ctx.settings.ranking_depth)
+        kw = {"resamples": ctx.settings.resamples, "seed": ctx.settings.seed}
+        fit = fit_fusion(buffer, ctx.config.retrieval, rr_of, **kw)
+        over: dict[str, object] = {}
         if fit.improves:
-            fusion: dict[str, object] = {"method": "weighted", "dense_weight": fit.dense_weight}
-            over: dict[str, object] = {"fusion": fusion}
+            over["mode"] = fit.mode
+            if fit.mode == "hybrid":
+                over["fusion"] = {"method": "weighted", "dense_weight": fit.dense_weight}
             if fit.rerank_weight is not None:
                 over["rerank"] = {"weight": fit.rerank_weight}
+        chosen = ctx.config.with_overrides(retrieval=over).retrieval if over else ctx.config.retrieval
+        k_fit = fit_top_k(buffer, chosen, rr_of, **kw)
+        if k_fit.improves:
+            over["k"] = k_fit.fitted
+        candidate = None
+        if over:
             cfg = ctx.config.with_overrides(retrieval=over)
-            cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+fusion-refit-{p.collection}"})
+            changed = "+".join(sorted(over))
+            cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+retrieval-refit-{p.collection}"})
             candidate = register_candidate(
-                ctx, cfg, self.kind, f"fusion refit on {fit.queries} ranking failures of {p.collection} (candidate)"
+                ctx, cfg, self.kind, f"retrieval refit ({changed}) on {fit.queries} ranking failures of {p.collection}"
             )
         note = AuditNote(
             action_type=REFIT_ACTION,
@@ -243,12 +261,14 @@ class RankingBufferAction(Remediation[RankingPayload]):
                 "tuples": len(buffer),
                 "answers": len(self.spec.answer_ids),
                 "fit": fit.to_json(),
+                "top_k": k_fit.to_json(),
+                "overrides": over,
                 "candidate_version": candidate,
             },
             pipeline_version_before=ctx.config.version_id,
             pipeline_version_after=candidate,
         )
-        verdict = f"candidate {candidate}" if candidate else "no candidate (held-out gain interval includes 0)"
+        verdict = f"candidate {candidate} ({over})" if candidate else "no candidate (gain intervals include 0)"
         return AppliedChange(
             kind=self.kind,
             effect=Effect.CANDIDATE if candidate else Effect.RECORD,
