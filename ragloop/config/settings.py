@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ragloop.config.clock import Clock, process_clock
+
 DEFAULT_HOME = Path("~/.local/share/ragloop")
 
 
@@ -57,6 +59,9 @@ class Settings:
         )
     )
     max_file_bytes: int = field(default_factory=lambda: int(os.environ.get("RAGLOOP_MAX_FILE_BYTES", 50 * 1024 * 1024)))
+    clock: Clock = field(default_factory=process_clock, compare=False, repr=False)
+    """`RAGLOOP_CLOCK` (`ragloop.config.clock`): the system's, or a simulation's compressed one. The store's
+    stamps and every window of the loop read the same process clock; this is it, for code handed Settings."""
 
     @classmethod
     def from_env(cls) -> Settings:

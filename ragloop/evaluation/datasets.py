@@ -63,7 +63,11 @@ def default_datasets_dir() -> Path:
 
 
 def _resolve(datasets_dir: str | Path | None, rel: Path) -> Path:
+    """`datasets_dir / rel`; a `datasets_dir` that is itself a file is taken as the data set's file
+    (the same format, from anywhere: the simulation's `--squad FILE`)."""
     path = Path(datasets_dir).expanduser() if datasets_dir is not None else default_datasets_dir()
+    if path.is_file():
+        return path
     full = path / rel
     if not full.exists():
         raise DatasetError(f"dataset file not found: {full} (set RAGLOOP_DATASETS or pass datasets_dir)")

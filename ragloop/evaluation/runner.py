@@ -115,7 +115,9 @@ def judge_question(item: EvalItem) -> str:
 class ItemRunner:
     """Builds the agent (or the retriever) once; `run(item)` returns the item's record."""
 
-    def __init__(self, spec: WorkerSpec, scorers: dict[str, Any] | None = None) -> None:
+    def __init__(self, spec: WorkerSpec, scorers: dict[str, Any] | None = None, *, expansion: Any = None) -> None:
+        """`expansion`: the collection's query-expansion lookup, as the service serves with it (the
+        self-improvement simulation measures held-out items on what is served, direct fixes included)."""
         from ragloop.retrieval.collection import Collection
 
         if spec.threads:
@@ -141,6 +143,7 @@ class ItemRunner:
             self.collection,
             self.config,
             scorers=scorers or None,
+            expansion=expansion,
             checkpointer_url=f"sqlite:///{run_dir / f'.checkpoints-{tag}.sqlite'}",
             # the full conversation log of eval threads stays with the run, not in the user's home
             log_url=f"sqlite:///{run_dir / f'.conversations-{tag}.sqlite'}",

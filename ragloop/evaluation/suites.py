@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragloop.config import PipelineConfig, Settings
-from ragloop.evaluation.datasets import RetrievalDataset, SquadDataset, load_cacm, load_mtrag, load_squad2
+from ragloop.evaluation.datasets import (
+    MtragDataset,
+    RetrievalDataset,
+    SquadDataset,
+    load_cacm,
+    load_mtrag,
+    load_squad2,
+)
 from ragloop.retrieval.collection import Collection
 
 DatasetName = Literal["squad", "mtrag", "cacm", "golden"]
@@ -103,6 +110,11 @@ def squad_suite(datasets_dir: str | Path | None = None, articles: Sequence[str] 
             tuple(q for q in ds.questions if q.title in keep),
             name=f"squad2-{len(keep)}a-{tag}",
         )
+    return squad_suite_from(ds)
+
+
+def squad_suite_from(ds: SquadDataset) -> Suite:
+    """The suite of a loaded SQuAD 2.0 data set (any file in that format, or a slice of one)."""
     items = [
         EvalItem(
             id=q.qid,
@@ -133,7 +145,11 @@ MTRAG_KIND = {"ANSWERABLE": "answerable", "PARTIAL": "partial", "UNANSWERABLE": 
 
 
 def mtrag_suite(datasets_dir: str | Path | None = None) -> Suite:
-    ds = load_mtrag(datasets_dir)
+    return mtrag_suite_from(load_mtrag(datasets_dir))
+
+
+def mtrag_suite_from(ds: MtragDataset) -> Suite:
+    """The suite of a loaded MTRAG-UN data set (any file in that format)."""
     items = []
     for t in ds.tasks:
         users = t.user_turns()

@@ -15,11 +15,12 @@ experiments never split the same traffic against different controls. The databas
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ragloop.config.clock import process_clock
 from ragloop.experiments.assignment import ExperimentStatus
 from ragloop.experiments.metrics import Metric, parse_metric
 from ragloop.experiments.stats import check_split
@@ -33,7 +34,8 @@ Clock = Callable[[], datetime]
 
 
 def utc_now() -> datetime:
-    return datetime.now(UTC)
+    """Now on the process clock (`RAGLOOP_CLOCK`): experiments' durations and windows are on it."""
+    return process_clock().now()
 
 
 class ExperimentError(ValueError):

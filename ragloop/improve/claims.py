@@ -17,11 +17,12 @@ serialise with `claim_next`. They belong in the repository; they live here until
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import cast
 
 from sqlalchemy import Table, and_, or_, select, update
 
+from ragloop.config.clock import CONFIGURED_CLOCK, on_clock
 from ragloop.store import ImprovementAction, Store
 from ragloop.store.repositories._base import _serialize
 
@@ -61,7 +62,7 @@ def claim_action(
             .values(
                 status="scheduled",
                 claimed_by=claimer,
-                lease_expires_at=now + timedelta(seconds=lease_s),
+                lease_expires_at=now + on_clock(CONFIGURED_CLOCK, lease_s),
                 attempts=A.attempts + 1,
                 updated_at=now,
             )
@@ -75,6 +76,6 @@ def claim_audit(store: Store, action_id: str, seen_due: datetime, now: datetime,
         result = s.execute(
             update(ACTIONS)
             .where(A.action_id == action_id, A.status == "applied", A.audit_due_at == seen_due, A.audited_at.is_(None))
-            .values(audit_due_at=now + timedelta(seconds=lease_s), updated_at=now)
+            .values(audit_due_at=now + on_clock(CONFIGURED_CLOCK, lease_s), updated_at=now)
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -60,7 +59,7 @@ class _QueueCollector(Collector):
         except Exception as exc:  # the store being down must not break the scrape
             log.warning("metrics: cannot read the evaluation queue: %s", type(exc).__name__)
             return
-        now = datetime.now(UTC)
+        now = self.store.queue.clock()
         for tier, counts in sorted(stats.by_tier.items()):
             for status, n in sorted(counts.items()):
                 jobs.add_metric([tier, status], n)

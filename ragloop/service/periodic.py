@@ -1,6 +1,8 @@
 """The service's periodic tasks: experiment aggregation (every `experiment_aggregate_interval_s`,
 300 s by default) and the scheduled golden-set regression (`regression_interval_s`, off by
-default; 86400 for nightly). Each runs in a thread off the event loop; a failing round is logged
+default; 86400 for nightly). Intervals are on the process clock (`RAGLOOP_CLOCK`): under a
+simulation's 720x clock "nightly" is every two real minutes. Each runs in a thread off
+the event loop; a failing round is logged
 and the next one runs on time. Several servers may aggregate the same experiment: promotion and
 halting are conditional UPDATEs in the store, so only one of them acts.
 """
@@ -12,6 +14,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
+
+from ragloop.config.clock import CONFIGURED_CLOCK, real_seconds
 
 log = logging.getLogger("ragloop.service")
 
@@ -35,7 +39,7 @@ class PeriodicTasks:
 
     async def _loop(self, name: str, interval: float, fn: Callable[[], Any]) -> None:
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(real_seconds(CONFIGURED_CLOCK, interval))
             try:
                 await asyncio.to_thread(fn)
             except Exception:

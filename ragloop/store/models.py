@@ -41,6 +41,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from ragloop.config.clock import process_clock
 from ragloop.store.vocabulary import EVALUATION_TIERS, EvaluationStatus, JobStatus
 
 NAMING_CONVENTION = {
@@ -71,7 +72,8 @@ def new_id() -> str:
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    """Now on the process clock (`RAGLOOP_CLOCK`, the system's by default): every stamp the loop reads."""
+    return process_clock().now()
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import Table, and_, func, or_, select, update
@@ -42,8 +42,9 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from ragloop.config.clock import CONFIGURED_CLOCK, on_clock
 from ragloop.store.db import Database
-from ragloop.store.models import JOB_STATUSES, Answer, EvaluationJob, new_id, utcnow
+from ragloop.store.models import JOB_STATUSES, Answer, EvaluationJob, new_id
 from ragloop.store.repositories import NotFoundError
 from ragloop.store.repositories._base import _serialize
 from ragloop.store.vocabulary import PENDING, JobStatus
@@ -116,7 +117,7 @@ class EvaluationQueue:
         max_attempts: int = 5,
         backoff_base_s: float = 2.0,
         backoff_max_s: float = 300.0,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] = CONFIGURED_CLOCK,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -156,7 +157,7 @@ class EvaluationQueue:
                     status=JobStatus.QUEUED,
                     attempts=0,
                     max_attempts=max_attempts or self.max_attempts,
-                    available_at=now + timedelta(seconds=delay_s),
+                    available_at=now + on_clock(self.clock, delay_s),
                     created_at=now,
                     updated_at=now,
                 )
@@ -189,7 +190,7 @@ class EvaluationQueue:
                     status=JobStatus.LEASED,
                     leased_by=worker_id,
                     lease_token=new_id(),
-                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    lease_expires_at=now + on_clock(self.clock, lease_seconds),
                     attempts=J.attempts + 1,
                     updated_at=now,
                 )
@@ -272,7 +273,7 @@ class EvaluationQueue:
                 row.dead_reason = f"failed {row.attempts} of {row.max_attempts} attempts: {error}"
             else:
                 row.status = JobStatus.QUEUED
-                row.available_at = now + timedelta(seconds=self.backoff_seconds(row.attempts))
+                row.available_at = now + on_clock(self.clock, self.backoff_seconds(row.attempts))
             s.flush()
             return Job.from_row(row)
 
@@ -281,7 +282,7 @@ class EvaluationQueue:
         now = self.clock()
         with self.db.transaction() as s:
             row = self._held(s, job_id, worker_id, lease_token, now)
-            row.lease_expires_at, row.updated_at = now + timedelta(seconds=lease_seconds), now
+            row.lease_expires_at, row.updated_at = now + on_clock(self.clock, lease_seconds), now
             s.flush()
             return Job.from_row(row)
 

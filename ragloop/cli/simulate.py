@@ -1,0 +1,128 @@
+"""`ragloop improve simulate`: the self-improvement simulation (`ragloop.improve.simulation`).
+
+Starts `ragloop serve` and `ragloop worker` processes per arm on a compressed clock, replays the
+traffic part of SQuAD 2.0 / MTRAG-UN through the API with simulated users and a reviewer, and
+measures the held-out part before day 1 and after every simulated day.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ragloop.cli.common import JsonOpt, console, fail, print_json
+from ragloop.cli.improve import app as improve_app
+
+if TYPE_CHECKING:
+    from ragloop.improve.simulation.run import ArmConfig
+
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/{db}"
+REDIS_URL = "redis://127.0.0.1:6379/{n}"
+
+
+def register(_root: typer.Typer) -> None:
+    """The command lives under `ragloop improve`; importing this module adds it."""
+
+
+@improve_app.command("simulate")
+def simulate(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="CI slice: SQuAD, 2 short days, clean and 50%-flipped arms.")
+    ] = False,
+    full: Annotated[bool, typer.Option("--full", help="Defaults, degraded, adversarial on each data set.")] = False,
+    dataset: Annotated[str, typer.Option("--dataset", help="squad | mtrag | both.")] = "squad",
+    squad: Annotated[Path | None, typer.Option("--squad", help="SQuAD 2.0 JSON (default: the shared dev set).")] = None,
+    mtrag: Annotated[Path | None, typer.Option("--mtrag", help="MTRAG-UN JSONL (default: the shared dev set).")] = None,
+    start: Annotated[str, typer.Option("--start", help="defaults | degraded.")] = "defaults",
+    flip: Annotated[float, typer.Option("--flip", min=0.0, max=1.0, help="Share of ratings flipped.")] = 0.10,
+    rate: Annotated[float, typer.Option("--rate", min=0.0, max=1.0, help="Share of answers users rate.")] = 0.30,
+    reviews: Annotated[int, typer.Option("--reviews-per-day", min=0, help="Tier-3 reviews a simulated day.")] = 20,
+    days: Annotated[int, typer.Option("--days", min=1, max=60)] = 7,
+    day_minutes: Annotated[float, typer.Option("--day-minutes", min=0.05, help="Real minutes a simulated day.")] = 2.0,
+    traffic: Annotated[
+        int | None, typer.Option("--traffic-per-day", min=1, help="Graded turns a day (default: all once).")
+    ] = None,
+    heldout: Annotated[int | None, typer.Option("--heldout", min=2, help="Held-out items measured.")] = None,
+    golden: Annotated[int, typer.Option("--golden", min=0, help="Traffic items curated into the golden set.")] = 40,
+    workers: Annotated[int, typer.Option("--workers", min=0, max=8, help="`ragloop worker` processes.")] = 1,
+    postgres: Annotated[
+        bool, typer.Option("--postgres", help="PostgreSQL 127.0.0.1:5432 + Redis 127.0.0.1:6379.")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    parallel: Annotated[
+        int | None, typer.Option("--parallel", min=1, max=6, help="Arms at once (default: 2 with --quick, else 1).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write Markdown + JSON + charts here.")] = None,
+    work: Annotated[Path | None, typer.Option("--work", help="Keep homes, logs and records here.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Prove the loop: replayed traffic through the real service, measured on held-out questions."""
+    from ragloop.improve.simulation.plan import Plan, default_users, full_arms, quick_arms, single_arm
+    from ragloop.improve.simulation.run import ArmConfig
+
+    if start not in ("defaults", "degraded"):
+        fail("--start must be defaults or degraded")
+    if dataset not in ("squad", "mtrag", "both"):
+        fail("--dataset must be squad, mtrag or both")
+    for p in (squad, mtrag):
+        if p is not None and not p.is_file():
+            fail(f"no such data file: {p}")
+    base = ArmConfig(
+        label="",
+        dataset="squad" if dataset == "both" else dataset,
+        data_path=mtrag if dataset == "mtrag" else squad,
+        start=start,
+        days=days,
+        day_minutes=day_minutes,
+        traffic_per_day=traffic,
+        heldout=heldout,
+        users=default_users(rate, flip, reviews),
+        workers=workers,
+        golden=golden,
+        seed=seed,
+    )
+    if quick:
+        arms = quick_arms(base)
+    elif full:
+        chosen = ["squad", "mtrag"] if dataset == "both" else [dataset]
+        arms = full_arms(base, chosen, {"squad": squad, "mtrag": mtrag})
+    else:
+        chosen = ["squad", "mtrag"] if dataset == "both" else [dataset]
+        arms = [
+            arm
+            for ds in chosen
+            for arm in single_arm(replace(base, dataset=ds, data_path=mtrag if ds == "mtrag" else squad))
+        ]
+    if postgres:
+        arms = [_on_postgres(a, i) for i, a in enumerate(arms)]
+    command = "ragloop " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    meta = {"command": command, "backend": "postgres" if postgres else "sqlite"}
+    plan = Plan(arms, work=work, out_dir=out, meta=meta, parallel=parallel or (2 if quick else 1))
+    say = (lambda _m: None) if json_ else (lambda m: console.print(m, highlight=False, markup=False))
+    try:
+        from ragloop.improve.simulation.plan import simulate as run
+
+        result = run(plan, log=say)
+    except Exception as exc:
+        fail(f"simulation failed: {type(exc).__name__}: {str(exc)[:500]}", code=1)
+    if json_:
+        print_json(result)
+        return
+    for a in result["arms"]:
+        curve = ", ".join(f"d{x['day']} {x['value']:.3f}" for x in a["e2e_accuracy_by_day"] if x)
+        console.print(f"{a['label']}: held-out e2e accuracy {curve}; {a['changes']} changes", highlight=False)
+    console.print(f"outcomes: {result['outcomes']}", highlight=False)
+
+
+def _on_postgres(arm: ArmConfig, i: int) -> ArmConfig:
+    """A fresh PostgreSQL database and Redis db number for one arm."""
+    from ragloop.improve.simulation.service import fresh_postgres
+
+    name = f"ragloop_sim_{i}"
+    url = fresh_postgres(POSTGRES_URL.format(db="postgres"), name, POSTGRES_URL.format(db=name))
+    return replace(arm, database_url=url, redis_url=REDIS_URL.format(n=10 + i))

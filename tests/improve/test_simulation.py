@@ -1,0 +1,81 @@
+"""The self-improvement simulation: its fixed split, and the quick run end to end through the CLI
+(real `ragloop serve` + `ragloop worker` processes on a compressed clock) with the direction of
+outcomes 1 and 3 on its slice."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragloop.evaluation.datasets import default_datasets_dir
+from ragloop.improve.simulation.data import (
+    HELDOUT_PERCENT,
+    day_sessions,
+    load_mtrag_sim,
+    load_squad_sim,
+    sample_heldout,
+    split_part,
+)
+
+SQUAD = default_datasets_dir() / "squad2" / "squad2-dev-12articles.json"
+
+
+def test_split_is_stable_and_nothing_held_out_is_replayed() -> None:
+    squad = load_squad_sim()
+    again = load_squad_sim(SQUAD)  # the same file, named by path
+    assert squad.units == again.units and [i.id for i in squad.heldout] == [i.id for i in again.heldout]
+    held = set(squad.units["heldout"])
+    assert held and all(s.unit not in held for s in squad.traffic)
+    assert all(i.meta["title"] in held for i in squad.heldout)
+    mtrag = load_mtrag_sim()
+    held_conv = set(mtrag.units["heldout"])
+    assert all(s.unit not in held_conv for s in mtrag.traffic)
+    share = len(held_conv) / (len(held_conv) + len(mtrag.units["traffic"]))
+    assert abs(share - HELDOUT_PERCENT / 100) < 0.06  # ~30% of 397 conversations by hash
+    assert split_part("squad:Normans") == split_part("squad:Normans")
+
+
+def test_days_deal_out_traffic_without_splitting_sessions() -> None:
+    data = load_squad_sim(paragraphs_per_article=3)
+    days = day_sessions(data.traffic, 3, 20, seed=1)
+    assert len(days) == 3 and all(sum(len(s.turns) for s in d) >= 20 for d in days)
+    ids = [s.session_id for d in days for s in d]
+    assert len(ids) == len(set(ids))
+    assert sample_heldout(data.heldout, 10) == sample_heldout(data.heldout, 10)
+
+
+def test_a_data_file_in_the_published_format_is_taken_by_path(tmp_path: Path) -> None:
+    raw = json.loads(SQUAD.read_text())
+    raw["data"] = raw["data"][:2]
+    small = tmp_path / "two-articles.json"
+    small.write_text(json.dumps(raw))
+    data = load_squad_sim(small)
+    assert {s.unit for s in data.traffic} | {str(i.meta["title"]) for i in data.heldout} <= {
+        a["title"] for a in raw["data"]
+    }
+
+
+@pytest.mark.timeout(900)
+def test_quick_simulation_end_to_end(tmp_path: Path) -> None:
+    env = dict(os.environ, RAGLOOP_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "ragloop", "improve", "simulate", "--quick", "--json", "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    arms = {a["label"]: a for a in out["arms"]}
+    assert set(arms) == {"quick-defaults", "quick-defaults-flip50"}
+    for a in arms.values():
+        days = [d for d in a["e2e_accuracy_by_day"] if d]
+        assert [d["day"] for d in days] == [0, 1, 2] and all(d["n"] == 60 for d in days)
+        assert a["cost"]["answers"] >= 100  # the traffic went through the served API
+    o1 = out["outcomes"]["1"]["squad"]
+    assert o1["paired"]["n"] == 60
+    assert o1["final"] >= o1["day0"]  # outcome 1's direction: the loop does not make held-out answers worse
+    assert out["outcomes"]["3"]["squad"]["met"]  # outcome 3: 50% flipped ratings promote nothing 2 pt worse
+    files = {Path(f).suffix for f in out["files"]}
+    assert files == {".json", ".md", ".png"}
