@@ -108,6 +108,11 @@ def prepare_home(data: SimData, config: PipelineConfig, base: Path) -> Path:
         from ragloop.retrieval.collection import Collection
 
         shutil.rmtree(home, ignore_errors=True)
+        # another chunking of the same corpus: its embedding cache (by content hash) saves re-embedding
+        # every passage sentence, which does not depend on the chunking
+        for other in sorted((base / "prepared").glob(f"{data.name}-{data.dataset.name}-c*/.ready")):
+            shutil.copytree(other.parent / "cache", home / "cache", dirs_exist_ok=True)
+            break
         settings = Settings(home=home)
         corpus = home / "corpus"
         data.dataset.write_corpus(corpus)

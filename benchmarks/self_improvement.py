@@ -1,0 +1,76 @@
+"""The loop closed (issue 14): the full self-improvement simulation, written to
+`benchmarks/results/self_improvement/` (Markdown + JSON + a learning-curve chart per data set).
+
+    .venv/bin/python benchmarks/self_improvement.py                 # all six arms (see --help)
+    .venv/bin/python benchmarks/self_improvement.py --datasets squad --days 3   # a reduced run
+
+A thin driver over `ragloop.improve.simulation` (the same code as `ragloop improve simulate --full`):
+today's defaults, the degraded start (dense-only, top-k 2, chunk size 200) and adversarial feedback
+(50% of ratings flipped) on SQuAD 2.0 and MTRAG-UN, each arm its own `ragloop serve` + `ragloop
+worker` on its own compressed clock, traffic through the HTTP API, held-out part measured in-process
+before day 1 and after every simulated day. Wall time, CPU time (this process and every served
+process), model calls and the share of traffic that reached tier 2 are in the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from _common import BENCH_HOME, RESULTS_DIR, machine
+
+from ragloop.improve.simulation.plan import Plan, default_users, full_arms, simulate
+from ragloop.improve.simulation.run import ArmConfig
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", default="squad,mtrag")
+    ap.add_argument("--squad", type=Path, default=None, help="SQuAD 2.0 JSON (default: the shared dev set)")
+    ap.add_argument("--mtrag", type=Path, default=None, help="MTRAG-UN JSONL (default: the shared dev set)")
+    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--day-minutes", type=float, default=2.0)
+    ap.add_argument("--traffic-per-day", type=int, default=100, help="graded turns a simulated day")
+    ap.add_argument("--heldout", type=int, default=150, help="held-out items measured (fixed sample)")
+    ap.add_argument("--golden", type=int, default=40)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--parallel", type=int, default=3, help="arms at once")
+    ap.add_argument("--only", default="", help="comma-separated arm labels to run (default: all)")
+    ap.add_argument("--name", default="self_improvement")
+    ap.add_argument("--note", default="", help="a line for the results (e.g. why the run is reduced)")
+    args = ap.parse_args()
+
+    base = ArmConfig(
+        label="",
+        days=args.days,
+        day_minutes=args.day_minutes,
+        traffic_per_day=args.traffic_per_day,
+        heldout=args.heldout,
+        golden=args.golden,
+        users=default_users(0.30, 0.10, 20),
+        workers=args.workers,
+    )
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    arms = full_arms(base, datasets, {"squad": args.squad, "mtrag": args.mtrag})
+    if args.only:
+        keep = {x.strip() for x in args.only.split(",")}
+        arms = [a for a in arms if a.label in keep]
+    command = "PYTHONPATH=. .venv/bin/python benchmarks/self_improvement.py " + " ".join(
+        shlex.quote(a) for a in sys.argv[1:]
+    )
+    meta = {"command": command, "machine": machine(), "backend": "sqlite"}
+    if args.note:
+        meta["note"] = args.note
+    work = BENCH_HOME / "self_improvement"
+    plan = Plan(arms, work=work, out_dir=RESULTS_DIR / "self_improvement", name=args.name, meta=meta)
+    plan.parallel = args.parallel
+    result = simulate(plan, log=lambda m: print(m, flush=True))
+    print(result["outcomes"], flush=True)
+    for f in result["files"]:
+        print(f"wrote {f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
