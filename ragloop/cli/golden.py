@@ -320,7 +320,7 @@ DaysOpt = Annotated[float, typer.Option("--days", min=0.001, help="How far back 
 
 @golden_app.command("coverage")
 def golden_coverage(
-    collection: CollectionOpt = "default", radius: RadiusOpt = 0.8, days: DaysOpt = 7.0, json_: JsonOpt = False
+    collection: CollectionOpt = "default", radius: RadiusOpt = 0.5, days: DaysOpt = 7.0, json_: JsonOpt = False
 ) -> None:
     """The share of recent production queries the golden set covers (n, 95% CI), and the uncovered clusters."""
     with _store() as store:
@@ -331,7 +331,7 @@ def golden_coverage(
 @golden_app.command("generate")
 def golden_generate(
     collection: CollectionOpt = "default",
-    radius: RadiusOpt = 0.8,
+    radius: RadiusOpt = 0.5,
     days: DaysOpt = 7.0,
     max_candidates: Annotated[int, typer.Option("--max", min=1, max=200)] = 20,
     chat_model: Annotated[

@@ -133,9 +133,10 @@ def nominate(
         if why is not None:
             reasons[why] += 1
             continue
+        standalone = _standalone(store, f.answer_id)
         proposals.append(
             Proposal(
-                question=f.question,
+                question=standalone or f.question,
                 proposed_answer=f.answer_text,
                 source=GoldenSource.AUTO_NOMINATED,
                 generator="nightly",
@@ -146,6 +147,7 @@ def nominate(
                     "heuristic_score": f.heuristic.heuristic_score if f.heuristic else None,
                     "judge_score": judge_score(f.judge),
                     "judge_model": f.judge.evaluator_model if f.judge else None,
+                    "asked_as": f.question,
                     "positive_ratings": f.positive,
                     "negative_ratings": f.negative,
                     "rule": vars(rule),
@@ -158,6 +160,17 @@ def nominate(
     report.not_nominated = dict(reasons)
     store.audit.record(NOMINATION_ACTION, triggered_by="golden nomination", actor=actor, evidence=report.to_json())
     return report
+
+
+def _standalone(store: Store, answer_id: str) -> str | None:
+    """The question as the pipeline condensed it (a follow-up read with the turns before it), from the
+    answer's evaluation-job payload: a golden question must stand on its own, and "what if it takes
+    too long?" does not. None when no payload kept one."""
+    for job in store.queue.for_answer(answer_id):
+        text = (job.payload or {}).get("standalone_question")
+        if isinstance(text, str) and text.strip():
+            return text.strip()
+    return None
 
 
 class NightlyNomination:

@@ -121,8 +121,9 @@ class ServiceConfig:
     golden_nomination_hour: int = 2
     golden_target_mix: str = ""
     """The golden set's target difficulty mix, "easy=0.3,standard=0.5,hard=0.2" (empty: that default)."""
-    golden_coverage_radius: float = 0.8
-    """Cosine similarity within which a production query counts as covered by a golden question."""
+    golden_coverage_radius: float = 0.5
+    """Cosine similarity within which a production query counts as covered by a golden question (0.5:
+    chosen for MiniLM on SQuAD 2.0, `ragloop.experiments.golden_coverage.DEFAULT_RADIUS`)."""
 
     extra: dict[str, Any] = field(default_factory=dict)
 

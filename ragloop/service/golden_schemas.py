@@ -175,7 +175,8 @@ class GoldenGenerate(RequestModel):
 
     max_candidates: int = Field(default=20, ge=1, le=200)
     days: float = Field(default=7.0, gt=0, le=365)
-    radius: float = Field(default=0.8, gt=0, le=1)
+    radius: float | None = Field(default=None, gt=0, le=1)
+    """Default: the server's `golden_coverage_radius`."""
     collection: str | None = Field(default=None, pattern=COLLECTION_PATTERN, max_length=64)
     generator: Literal["auto", "templates", "chat"] = "auto"
     """auto: the current pipeline's chat model when it has one, else templates; chat: a 409 without one."""

@@ -89,6 +89,15 @@ def test_the_nomination_rule_and_a_review_that_never_shows_scores(store: Store) 
     assert audit[0].actor == "alice" and audit[0].evidence["decision"] == "approve"
 
 
+def test_a_follow_up_is_nominated_as_its_standalone_question(store: Store) -> None:
+    a = _served(store, "What if it takes too long?")
+    store.queue.enqueue(a.answer_id, "heuristic", {"standalone_question": "What if subprocess.run takes too long?"})
+    rep = nominate(store, clock=ManualClock(utcnow()))
+    (cand,) = store.golden_candidates.by_status()
+    assert rep.nominated == [cand.candidate_id] and cand.question == "What if subprocess.run takes too long?"
+    assert cand.evidence["asked_as"] == "What if it takes too long?"
+
+
 def test_an_empty_proposal_needs_the_reviewers_answer(store: Store) -> None:
     from ragloop.store.repositories import GoldenProposal
 
