@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from ragloop.cli import agent, demo, drift, experiments, golden, improve, kb, models, service, simulate
+from ragloop.cli import agent, demo, drift, experiments, golden, improve, kb, models, optimum, service, simulate
 from ragloop.cli import eval as eval_cli
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ drift.register(app)
 golden.register(app)
 improve.register(app)
 simulate.register(app)
+optimum.register(app)
 app.add_typer(models.app, name="models", help="Chat models and scorers: list, pull, check.")
 app.add_typer(eval_cli.app, name="eval", help="Evaluation: run suites, reports, the CI gate, judge calibration.")
 

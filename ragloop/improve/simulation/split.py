@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 TEST_SHARE = 0.3
 SALT = "ragloop-simulation-v1"
@@ -40,6 +40,13 @@ class Split(Generic[T]):
 
     def counts(self) -> dict[str, int]:
         return {"traffic": len(self.traffic), "test": len(self.test)}
+
+
+def item_group(item: Any) -> str:
+    """The group of an evaluation item (`ragloop.evaluation.suites.EvalItem`): its SQuAD article
+    (`meta["title"]`), else its MTRAG conversation (the part of the task id before `<::>`)."""
+    title = (getattr(item, "meta", None) or {}).get("title")
+    return str(title) if title else str(item.id).split("<::>")[0]
 
 
 def split(items: Iterable[T], group_of: Callable[[T], str], share: float = TEST_SHARE, salt: str = SALT) -> Split[T]:
