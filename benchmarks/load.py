@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
 import re
@@ -285,7 +286,8 @@ def tier1_cost(settings: Settings, limit: int = 400, repeats: int = 5) -> dict[s
     """Per-answer cost of the tier-1 features on real payloads: cheap features, then with the support check."""
     from sqlalchemy import select
 
-    from ragloop.improve.tier1 import PRIOR, Tier1Input, cheap_features, compute_features
+    from ragloop.improve.payload import EvaluationPayload
+    from ragloop.improve.tier1 import PRIOR, cheap_features, compute_features
     from ragloop.models.scoring import make_scorer
     from ragloop.store import EvaluationJob, Store
 
@@ -296,16 +298,7 @@ def tier1_cost(settings: Settings, limit: int = 400, repeats: int = 5) -> dict[s
         payloads = [
             p for p in s.scalars(select(EvaluationJob.payload).where(EvaluationJob.tier == "heuristic").limit(limit))
         ]
-    items = [
-        Tier1Input(
-            question=p["question"],
-            answer=p["answer"],
-            contexts=[x["text"] for x in p.get("sources") or p.get("retrieved") or []],
-            retrieval_scores=p.get("retrieval_scores", []),
-            refused=p.get("refused", False),
-        )
-        for p in payloads
-    ]
+    items = [EvaluationPayload.load(p).tier1_input() for p in payloads]
     if not items:
         return {}
     # each answer `repeats` times: the raw distribution carries this shared machine's preemptions; the
@@ -351,7 +344,8 @@ def local_judge(settings: Settings, n: int, model: str, budget_s: float = 240.0)
     compare its capacity with the tier-2 arrival rate measured under load."""
     from sqlalchemy import select
 
-    from ragloop.improve.judge import JudgeInput, make_judge
+    from ragloop.improve.judge import make_judge
+    from ragloop.improve.payload import EvaluationPayload
     from ragloop.store import EvaluationJob, Store
 
     with (
@@ -370,10 +364,7 @@ def local_judge(settings: Settings, n: int, model: str, budget_s: float = 240.0)
         for p in payloads:
             if time.perf_counter() - t_start > budget_s:
                 break
-            item = JudgeInput(
-                p["question"], p["answer"], [x["text"] for x in p.get("sources") or p.get("retrieved") or []],
-                refused=bool(p.get("refused")),
-            )  # fmt: skip
+            item = dataclasses.replace(EvaluationPayload.load(p).judge_input(), reference=None)
             t0 = time.perf_counter()
             try:
                 r = await judge.evaluate(item)

@@ -101,6 +101,27 @@ class Answer(BaseModel):
         return out
 
 
+class NodeEvent(BaseModel):
+    """One graph step as it happens (what the service streams as an SSE `node` event)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    decision: str
+    latency_ms: float
+
+
+class AnswerEvent(BaseModel):
+    """The turn's end: the validated answer, the only event with text a user should see."""
+
+    model_config = ConfigDict(frozen=True)
+
+    answer: Answer
+
+
+AgentEvent = NodeEvent | AnswerEvent
+
+
 def answer_from_state(state: dict[str, Any], question: str, thread_id: str | None, version: str, t0: float) -> Answer:
     """The typed answer of a finished (or cut-short) turn; the only place that reads the state dict."""
     reason = cast(TerminationReason, state.get("termination_reason") or "recursion_limit")

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
-from ragloop.agent.answer import Answer, answer_from_state
+from ragloop.agent.answer import AgentEvent, Answer, AnswerEvent, NodeEvent, answer_from_state
 from ragloop.agent.graph import build_graph
 from ragloop.agent.memory import ConversationLog, ConversationMemory
 from ragloop.agent.nodes.validate import CITE
@@ -73,10 +73,9 @@ class Agent:
             cfg["configurable"] = {"thread_id": thread_id}
         return cfg
 
-    async def astream(self, question: str, thread_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
-        """Events: {"event": "node", "node", "decision", "latency_ms"} per step, then
-        {"event": "answer", "answer": Answer}. The answer event is the only one with text a
-        user should see: drafts are validated before they get there."""
+    async def astream(self, question: str, thread_id: str | None = None) -> AsyncIterator[AgentEvent]:
+        """A `NodeEvent` per step, then one `AnswerEvent`. The answer event is the only one with text
+        a user should see: drafts are validated before they get there."""
         t0 = time.perf_counter()
         if not question.strip():
             raise ValueError("the question is empty")
@@ -93,7 +92,7 @@ class Agent:
         ans = answer_from_state(state, question, thread_id, self.config.version_id, t0)
         if thread_id:
             await asyncio.to_thread(self._log_turn, thread_id, question, ans)
-        yield {"event": "answer", "answer": ans}
+        yield AnswerEvent(answer=ans)
 
     def _log_turn(self, thread_id: str, question: str, ans: Answer) -> None:
         self.log.append(thread_id, "user", question)
@@ -110,7 +109,7 @@ class Agent:
 
     async def _run(
         self, graph: Any, inputs: dict[str, Any], thread_id: str | None, state: dict[str, Any]
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[NodeEvent]:
         try:
             # durability "exit": the turn's state is checkpointed once, when it ends, not after every
             # step (~15 synchronous writes a turn); a turn that crashes leaves the previous state
@@ -124,12 +123,7 @@ class Agent:
                     for node, upd in chunk.items():
                         rec = (upd or {}).get("trace", [None])[-1] if isinstance(upd, dict) else None
                         if rec is not None:
-                            yield {
-                                "event": "node",
-                                "node": node,
-                                "decision": rec.decision,
-                                "latency_ms": rec.latency_ms,
-                            }
+                            yield NodeEvent(node=node, decision=rec.decision, latency_ms=rec.latency_ms)
         except GraphRecursionError:
             state["termination_reason"] = "recursion_limit"
             if state.get("validated_answer") and not state.get("final_answer"):
@@ -144,8 +138,8 @@ class Agent:
     async def aanswer(self, question: str, thread_id: str | None = None) -> Answer:
         final: Answer | None = None
         async for ev in self.astream(question, thread_id):
-            if ev["event"] == "answer":
-                final = ev["answer"]
+            if isinstance(ev, AnswerEvent):
+                final = ev.answer
         assert final is not None
         return final
 

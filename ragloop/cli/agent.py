@@ -81,10 +81,9 @@ def _show(ans: Answer, trace: bool) -> None:
         for r in ans.trace.records:
             t.add_row(r.node, r.decision, f"{r.latency_ms:.0f}")
         out.print(t)
-    s = ans.trace.summary()
+    s = ans.trace.summarize()
     console.print(
-        f"{s['steps']} steps, {s['rewrites']} rewrites, {s['critique_cycles']} critique cycles, "
-        f"{ans.latency_ms:.0f} ms",
+        f"{s.steps} steps, {s.rewrites} rewrites, {s.critique_cycles} critique cycles, {ans.latency_ms:.0f} ms",
         highlight=False,
     )
 

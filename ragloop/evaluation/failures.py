@@ -11,29 +11,33 @@ from typing import Any
 from ragloop.agent.details import GradeDetail, RetrieveDetail, RewriteDetail
 from ragloop.evaluation.metrics.agent import ItemView
 from ragloop.evaluation.metrics.item import outcome_metrics
+from ragloop.evaluation.records import ResultRecord
 
 MAX_FAILURES = 5
 
 
-def is_failure(rec: Mapping[str, Any]) -> bool:
-    if rec.get("mode") != "agent" or rec.get("error"):
+def is_failure(rec: Mapping[str, Any] | ResultRecord) -> bool:
+    r = ResultRecord.load(rec)
+    if r.mode != "agent" or r.error:
         return False
-    acc = outcome_metrics(rec).get("e2e_accuracy")
+    acc = outcome_metrics(r).get("e2e_accuracy")
     return acc is not None and acc[1] > 0 and acc[0] < 1.0
 
 
-def diagnose(rec: Mapping[str, Any]) -> tuple[str, str]:
+def diagnose(rec: Mapping[str, Any] | ResultRecord) -> tuple[str, str]:
     """(label, explanation) of a failed item: grader false positive / false negative,
     retrieval miss, rewrite loop, critique miss, generation error (docs/metrics.md)."""
     v = ItemView(rec)
+    r = v.rec
+    grades = {c: x.grade for c, x in v.chunks.items() if x.grade is not None}
     gold_seen = [c for c in v.chunks if v.is_gold(c)]
-    gold_kept = [c for c in gold_seen if v.chunks[c].get("grade") is not None and v.chunks[c]["grade"] >= v.tau_lower]
+    gold_kept = [c for c in gold_seen if c in grades and grades[c] >= v.tau_lower]
     rewrites = len(v.of("rewrite"))
     cycles = len(v.of("critique"))
-    found = len(rec.get("deficiencies") or [])
+    found = len(r.deficiencies)
     if v.should_refuse:
         best = max(
-            ((c, float(x["grade"])) for c, x in v.chunks.items() if x.get("grade") is not None),
+            grades.items(),
             key=lambda t: t[1],
             default=(None, 0.0),
         )
@@ -43,20 +47,20 @@ def diagnose(rec: Mapping[str, Any]) -> tuple[str, str]:
             f"should be refused, but the grader passed {best[0]} (grade {best[1]:.2f} >= tau_L {v.tau_lower}) "
             f"and an answer was generated from it{note}",
         )
-    if rec.get("refused"):
+    if r.refused:
         if v.rewrite_on and rewrites >= v.max_rewrites > 0 and not gold_seen:
             return (
                 "rewrite loop",
-                f"{rewrites} rewrites never retrieved a gold chunk; refused ({rec.get('termination_reason')})",
+                f"{rewrites} rewrites never retrieved a gold chunk; refused ({r.termination_reason})",
             )
         if not gold_seen:
             return "retrieval miss", f"no gold chunk among the {len(v.chunks)} retrieved; refused"
         if not gold_kept:
-            grades = ", ".join(f"{c} {v.chunks[c].get('grade')}" for c in gold_seen[:3])
-            return "grader false negative", f"gold retrieved but graded below tau_L {v.tau_lower} ({grades}); refused"
+            shown = ", ".join(f"{c} {grades.get(c)}" for c in gold_seen[:3])
+            return "grader false negative", f"gold retrieved but graded below tau_L {v.tau_lower} ({shown}); refused"
         return (
             "generation error",
-            f"gold passed grading but the turn ended in a refusal ({rec.get('termination_reason')}): "
+            f"gold passed grading but the turn ended in a refusal ({r.termination_reason}): "
             "validation or critique rejected the drafts",
         )
     if not gold_seen:

@@ -247,12 +247,12 @@ class ItemRunner:
 
         view = ItemView(rec)
         question = judge_question(item)
-        answer = str(rec["answer"])
-        refused = bool(rec["refused"])
+        answer = view.rec.answer
+        refused = view.rec.refused
         first = [chunk_text[c] for c in view.first_retrieval() if c in chunk_text]
         final = [chunk_text[c] for c in view.final_context() if c in chunk_text]
-        generator_context = [k["text"] for k in rec["kept"]] or final
-        cited = {int(c["n"]): chunk_text.get(c["chunk_id"], "") for c in rec["citations"]}
+        generator_context = [k.text for k in view.rec.kept] or final
+        cited = {c.n: chunk_text.get(c.chunk_id, "") for c in view.rec.citations}
         runs: list[dict[str, float | None]] = []
         for _ in range(max(1, self.spec.judge_repeats)):
             j = self.judge

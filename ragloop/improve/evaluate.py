@@ -31,12 +31,12 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-from ragloop.improve.judge import Judge, JudgeInput
+from ragloop.improve.judge import Judge
 from ragloop.improve.payload import EvaluationPayload
 from ragloop.improve.recalibration import MODEL_TTL_S, active_model
 from ragloop.improve.review_intake import ReviewIntake
 from ragloop.improve.routing import RoutingConfig, RoutingReason, disagreement, route_tier1
-from ragloop.improve.tier1 import HeuristicModel, Tier1Input, compute_features
+from ragloop.improve.tier1 import HeuristicModel, compute_features
 from ragloop.models.scoring.base import Scorer
 from ragloop.store import Job, LeaseLostError, NotFoundError, Store, question_hash
 from ragloop.store.vocabulary import AUTOMATIC_TIERS, EvaluationStatus, Tier
@@ -145,13 +145,7 @@ class OnlineEvaluator:
 
     async def _tier1(self, job: Job, worker_id: str) -> Outcome:
         p = EvaluationPayload.load(job.payload)
-        item = Tier1Input(
-            question=p.question,
-            answer=p.answer or "",
-            contexts=p.contexts(),
-            retrieval_scores=list(p.retrieval_scores),
-            refused=p.refused,
-        )
+        item = p.tier1_input()
         feats = await compute_features(item, self.support_scorer)
         model = await asyncio.to_thread(lambda: self.model)
         score = model.score(feats.values)
@@ -206,13 +200,7 @@ class OnlineEvaluator:
         p = EvaluationPayload.load(job.payload)
         if not p.carries_answer:  # queued by feedback before tier 1 stored its payload
             p = (await asyncio.to_thread(self._payload_for, job.answer_id)).model_copy(update={"reasons": p.reasons})
-        item = JudgeInput(
-            question=p.question,
-            answer=p.answer or "",
-            contexts=p.contexts(),
-            refused=p.refused,
-            reference=p.reference or None,
-        )
+        item = p.judge_input()
         result = await judge.evaluate(item)
         overall = result.overall
         assert job.lease_token is not None

@@ -21,6 +21,8 @@ from ragloop.agent.answer import Answer
 from ragloop.agent.details import GradeDetail, RetrieveDetail
 from ragloop.agent.trace import Trace, TraceSummary
 from ragloop.agent.types import TraceRecord
+from ragloop.improve.judge import JudgeInput
+from ragloop.improve.tier1 import Tier1Input
 
 MAX_CONTEXT_CHARS = 2000
 MAX_RETRIEVED = 10
@@ -122,6 +124,26 @@ class EvaluationPayload(_Stored):
         if self.sources:
             return [s.text for s in self.sources]
         return [r.text for r in self.retrieved]
+
+    def tier1_input(self) -> Tier1Input:
+        """Tier 1's feature-extraction input."""
+        return Tier1Input(
+            question=self.question,
+            answer=self.answer or "",
+            contexts=self.contexts(),
+            retrieval_scores=list(self.retrieval_scores),
+            refused=self.refused,
+        )
+
+    def judge_input(self) -> JudgeInput:
+        """The tier-2 judge's input."""
+        return JudgeInput(
+            question=self.question,
+            answer=self.answer or "",
+            contexts=self.contexts(),
+            refused=self.refused,
+            reference=self.reference or None,
+        )
 
     def stored(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -18,10 +18,11 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 
+from ragloop.agent.answer import AnswerEvent, NodeEvent
 from ragloop.models.chat import CallPurpose, call_scope
 from ragloop.retrieval.collection import CollectionError
 from ragloop.service.auth import Caller
@@ -88,11 +89,21 @@ async def _served(svc: ServiceState, turn: Turn, version_id: str | None = None) 
         raise HTTPException(503, f"the answer pipeline is unavailable ({type(exc).__name__})") from None
 
 
-async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncIterator[dict[str, Any]]:
-    """`{"event": "node", ...}` per graph step, then `{"event": "answer", "record": AnswerRecord, "public":
-    QueryPublic}`, yielded only after the answer and its tier-1 job are committed. Raises HTTPException
-    before the first event when nothing can answer, and 503 in place of the answer event when it
-    cannot be stored."""
+@dataclass(frozen=True)
+class Answered:
+    """The answer event: what was stored and what the client is shown."""
+
+    record: AnswerRecord
+    public: QueryPublic
+
+
+ServiceEvent = NodeEvent | Answered
+
+
+async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncIterator[ServiceEvent]:
+    """A `NodeEvent` per graph step, then one `Answered`, yielded only after the answer and its tier-1
+    job are committed. Raises HTTPException before the first event when nothing can answer, and 503
+    in place of the answer event when it cannot be stored."""
     t0 = time.perf_counter()
     route = svc.experiments.route(stored_session(caller, turn.session_id)) if svc.experiments else None
     served = await _served(svc, turn, route.version_id if route else None)
@@ -108,10 +119,10 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
             async with svc.slots():
                 with call_scope(run_id=answer_id, purpose=CallPurpose.ANSWER):
                     async for ev in current.agent.astream(turn.question, thread):
-                        if ev["event"] == "node":
-                            yield {k: v for k, v in ev.items() if k != "event"} | {"event": "node"}
-                        elif ev["event"] == "answer":
-                            final = ev["answer"]
+                        if isinstance(ev, AnswerEvent):
+                            final = ev.answer
+                        else:
+                            yield ev
             served = current
             break
         except Exception as exc:
@@ -153,11 +164,11 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
         ) from None
     svc.metrics.answers.labels(str(final.refused).lower(), str(served.degraded).lower()).inc()
     svc.metrics.answer_latency.observe(latency_ms / 1000)
-    yield {"event": "answer", "record": rec, "public": to_public(rec, turn.session_id)}
+    yield Answered(rec, to_public(rec, turn.session_id))
 
 
 async def answer_once(svc: ServiceState, caller: Caller, turn: Turn) -> tuple[AnswerRecord, QueryPublic]:
     async for ev in answer_events(svc, caller, turn):
-        if ev["event"] == "answer":
-            return ev["record"], ev["public"]
+        if isinstance(ev, Answered):
+            return ev.record, ev.public
     raise HTTPException(500, "the answer graph ended without an answer")

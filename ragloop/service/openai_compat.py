@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ragloop.agent.nodes.condense import carry_forward, is_follow_up
 from ragloop.models.chat import estimate_tokens
 from ragloop.retrieval.collection import list_collections
-from ragloop.service.answering import Turn, answer_events
+from ragloop.service.answering import Answered, ServiceEvent, Turn, answer_events
 from ragloop.service.deps import CallerDep, ServiceDep
 from ragloop.service.schemas import (
     COLLECTION_PATTERN,
@@ -243,8 +243,8 @@ async def chat_completions(body: ChatCompletionCreate, svc: ServiceDep, caller: 
         return await _stream(body, svc, caller, turn)
     public: QueryPublic | None = None
     async for ev in answer_events(svc, caller, turn):
-        if ev["event"] == "answer":
-            public = ev["public"]
+        if isinstance(ev, Answered):
+            public = ev.public
     assert public is not None
     text = message_text(public)
     completion_tokens = estimate_tokens(text)
@@ -282,13 +282,13 @@ async def _stream(body: ChatCompletionCreate, svc: ServiceDep, caller: CallerDep
     model = body.model
 
     async def gen() -> AsyncIterator[bytes]:
-        ev: dict[str, Any] | None = first
+        ev: ServiceEvent | None = first
         cid = "chatcmpl-pending"
         sent_role = False
         try:
             while ev is not None:
-                if ev["event"] == "answer":
-                    public: QueryPublic = ev["public"]
+                if isinstance(ev, Answered):
+                    public: QueryPublic = ev.public
                     cid = f"chatcmpl-{public.answer_id}"
                     if not sent_role:
                         yield _chunk(cid, created, model, {"role": "assistant", "content": ""}, None)

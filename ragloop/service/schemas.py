@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from ragloop.improve.payload import StoredTrace
 from ragloop.retrieval.collection import NAME_RE
 from ragloop.service.improve_schemas import DiagnosisPublic
 from ragloop.service.inputs import check_text, display_text
@@ -112,7 +113,10 @@ class QueryPublic(_Out):
 class AnswerPublic(QueryPublic):
     question: Shown
     created_at: datetime
-    trace: dict[str, Any] = Field(description="Every node's decision, scores and latency.")
+    trace: StoredTrace = Field(
+        description="Every node's decision, typed detail (by node), latency, tokens and cost; the summary; "
+        "whether the last good pipeline served it."
+    )
 
 
 class HighlightedPassage(RequestModel):

@@ -26,7 +26,8 @@ from typing import Any
 from fastapi import HTTPException
 from fastapi.responses import StreamingResponse
 
-from ragloop.service.answering import Turn, answer_events
+from ragloop.agent.answer import NodeEvent
+from ragloop.service.answering import ServiceEvent, Turn, answer_events
 from ragloop.service.auth import Caller
 from ragloop.service.state import ServiceState
 
@@ -56,13 +57,13 @@ async def query_stream(svc: ServiceState, caller: Caller, turn: Turn) -> Streami
     first = await anext(events)
 
     async def body() -> AsyncIterator[bytes]:
-        ev: dict[str, Any] | None = first
+        ev: ServiceEvent | None = first
         try:
             while ev is not None:
-                if ev["event"] == "node":
-                    yield sse("node", {k: v for k, v in ev.items() if k != "event"})
+                if isinstance(ev, NodeEvent):
+                    yield sse("node", ev.model_dump(mode="json"))
                 else:
-                    public = ev["public"]
+                    public = ev.public
                     for piece in pieces(public.answer):
                         yield sse("token", {"text": piece})
                     yield sse("answer", public.model_dump(mode="json"))

@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any
 
+from ragloop.agent.answer import AnswerEvent, NodeEvent
 from ragloop.agent.api import Agent
 from ragloop.agent.search import CollectionProvider, GuardedProvider, SearchTimeout
 from ragloop.agent.state import turn_input
@@ -308,7 +309,9 @@ def test_trace_summary_matches_the_path_and_stream_events(coll: Collection) -> N
 
     async def go() -> tuple[list[str], Any]:
         events = [ev async for ev in agent.astream("When did Krellmark paint the Zorblat Bridge?")]
-        return [e["node"] for e in events if e["event"] == "node"], events[-1]["answer"]
+        last = events[-1]
+        assert isinstance(last, AnswerEvent)
+        return [e.node for e in events if isinstance(e, NodeEvent)], last.answer
 
     streamed, ans = asyncio.run(go())
     s = ans.trace.summary()

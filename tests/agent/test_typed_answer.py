@@ -37,13 +37,19 @@ from ragloop.agent.trace import Trace
 from ragloop.agent.types import TraceRecord
 from ragloop.evaluation.metrics.agent import agent_metrics, retrieval_metrics
 from ragloop.evaluation.metrics.ops import ops_metrics, ops_values
-from ragloop.evaluation.records import agent_record
+from ragloop.evaluation.records import AnswerPart, Budgets, ResultRecord, agent_record
 from ragloop.improve.payload import EvaluationPayload, StoredTrace
 from ragloop.retrieval.collection import Collection
 from tests.agent.conftest import build_agent, cfg, fixed
 
 OLD_ROWS = json.loads((Path(__file__).parent / "data" / "stored_rows_v0.json").read_text())["rows"]
 REPO = Path(__file__).resolve().parents[2]
+
+RUNNER_KEYS_V0 = {
+    "mode", "standalone", "answer", "refused", "termination_reason", "verdict", "quality_score",
+    "residual_deficiencies", "citations", "chunks", "kept", "deficiencies", "cycles", "trace", "latency_ms", "budgets",
+}  # fmt: skip
+"""The answer part of a result record as main's runner wrote it before the typed answer."""
 
 ANSWERED = ("When was the Zorblat Bridge completed?", {"gold_docs": ["bridge.md"], "kind": "answerable"})
 UNANSWERABLE = ("Who won the 1950 chess olympiad in Ostria?", {"should_refuse": True, "kind": "unanswerable"})
@@ -84,6 +90,16 @@ def test_stored_forms_give_the_live_metrics_and_payload(
     else:
         assert live_m["agent"]["correct_refusal"] == (1.0, 1.0)
         assert live_m["agent"]["rewrites"][0] >= 1
+
+    # the run file's shape is the one earlier runs wrote (their reports still read them)
+    assert set(live_rec) - set(gold) == RUNNER_KEYS_V0
+    assert set(live_rec["chunks"][next(iter(live_rec["chunks"]))]) == {
+        "doc_id", "passage", "grade", "score", "source", "excerpt"
+    }  # fmt: skip
+    assert (
+        ResultRecord.load(stored_rec).model_dump(include=set(AnswerPart.model_fields))
+        == AnswerPart.model_validate(stored_rec).model_dump()
+    )
 
     payload = EvaluationPayload.from_answer(question, live)
     assert EvaluationPayload.load(json.loads(json.dumps(payload.stored()))) == payload
@@ -157,6 +173,9 @@ def test_loading_is_tolerant_and_recording_is_strict() -> None:
     assert isinstance(renamed.detail, OtherDetail) and renamed.decision == ""
     assert StoredTrace.load({"records": [], "summary": {"steps": "many"}}).summary is None
     assert not EvaluationPayload.load({"reasons": ["negative_feedback"]}).carries_answer
+    # a run-file line with an unfit field keeps everything else
+    rec = ResultRecord.load({"id": "q1", "refused": True, "budgets": "not an object", "kind": None, "trace": []})
+    assert rec.id == "q1" and rec.refused and rec.budgets == Budgets() and rec.kind == "answerable"
 
     with pytest.raises(UnknownDetailKeyError, match="scorez"):
         parse_detail("grade", {"scorez": {}}, strict=True)

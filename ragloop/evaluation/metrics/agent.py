@@ -26,6 +26,7 @@ from ragloop.evaluation.metrics.retrieval import (
     recall_at_k,
     reciprocal_rank,
 )
+from ragloop.evaluation.records import ChunkSeen, ResultRecord
 
 Pair = tuple[float, float]
 NONE: Pair = (0.0, 0.0)
@@ -44,22 +45,23 @@ def value(v: float | None) -> Pair:
 class ItemView:
     """Read-only helpers over one record."""
 
-    def __init__(self, rec: Mapping[str, Any]) -> None:
-        self.rec = rec
-        self.trace: Trace = Trace.from_json(rec.get("trace"))
-        """Typed: a detail key that the node's model does not define fails mypy here."""
-        self.chunks: Mapping[str, Mapping[str, Any]] = rec.get("chunks") or {}
-        self.gold_docs = set(rec.get("gold_docs") or [])
-        self.gold_chunks = set(rec.get("gold_chunks") or [])
-        self.kind = str(rec.get("kind") or "answerable")
-        self.should_refuse = bool(rec.get("should_refuse"))
-        self.refused = bool(rec.get("refused"))
-        b = rec.get("budgets") or {}
-        self.tau_lower = float(b.get("tau_lower", 0.3))
-        self.tau_upper = float(b.get("tau_upper", 0.7))
-        self.max_rewrites = int(b.get("max_rewrites", 2))
-        self.rewrite_on = bool(b.get("rewrite", True))
-        self.k = int(b.get("k", 5))
+    def __init__(self, rec: Mapping[str, Any] | ResultRecord) -> None:
+        self.rec = ResultRecord.load(rec)
+        r = self.rec
+        self.trace: Trace = r.typed_trace
+        """Typed: a detail field that the node's model does not define fails mypy here."""
+        self.chunks: Mapping[str, ChunkSeen] = r.chunks
+        self.gold_docs = set(r.gold_docs)
+        self.gold_chunks = set(r.gold_chunks)
+        self.kind = r.kind or "answerable"
+        self.should_refuse = r.should_refuse
+        self.refused = r.refused
+        b = r.budgets
+        self.tau_lower = b.tau_lower
+        self.tau_upper = b.tau_upper
+        self.max_rewrites = b.max_rewrites
+        self.rewrite_on = b.rewrite
+        self.k = b.k
 
     # -- gold -------------------------------------------------------------------------------
     @property
@@ -71,8 +73,8 @@ class ItemView:
         return not self.should_refuse and bool(self.gold_docs or self.gold_chunks)
 
     def passage(self, chunk_id: str) -> str:
-        c = self.chunks.get(chunk_id) or {}
-        return str(c.get("passage") or c.get("doc_id") or chunk_id)
+        c = self.chunks.get(chunk_id)
+        return (c.passage or c.doc_id or chunk_id) if c is not None else chunk_id
 
     def is_gold(self, chunk_id: str) -> bool:
         if self.should_refuse:
@@ -100,11 +102,7 @@ class ItemView:
         """Chunks that passed grading (grade >= tau_L) by grade, best first; empty on a refusal."""
         if self.refused:
             return []
-        graded = [
-            (cid, float(c["grade"]))
-            for cid, c in self.chunks.items()
-            if c.get("grade") is not None and float(c["grade"]) >= self.tau_lower
-        ]
+        graded = [(cid, c.grade) for cid, c in self.chunks.items() if c.grade is not None and c.grade >= self.tau_lower]
         return [cid for cid, _ in sorted(graded, key=lambda x: -x[1])]
 
     def grade_steps(self) -> list[tuple[str, GradeDetail, set[str]]]:
@@ -122,7 +120,7 @@ class ItemView:
         return out
 
     def max_grade(self) -> float | None:
-        grades = [float(c["grade"]) for c in self.chunks.values() if c.get("grade") is not None]
+        grades = [c.grade for c in self.chunks.values() if c.grade is not None]
         return max(grades) if grades else None
 
 
@@ -139,7 +137,7 @@ def ranking_metrics(ranked_chunks: Sequence[str], view: ItemView, k: int, prefix
     }
 
 
-def retrieval_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
+def retrieval_metrics(rec: Mapping[str, Any] | ResultRecord) -> dict[str, Pair]:
     v = ItemView(rec)
     out = ranking_metrics(v.first_retrieval(), v, v.k, "first")
     final = v.final_context()
@@ -161,10 +159,10 @@ def _confusion(pairs: Iterable[tuple[bool, bool]]) -> tuple[int, int, int, int]:
     return tp, fp, fn, tn
 
 
-def agent_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
+def agent_metrics(rec: Mapping[str, Any] | ResultRecord) -> dict[str, Pair]:
     v = ItemView(rec)
     out: dict[str, Pair] = {}
-    if rec.get("error"):
+    if v.rec.error:
         return out
     # grader, set level: one prediction per grade step
     steps = v.grade_steps()
@@ -216,13 +214,13 @@ def agent_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
     # effort
     out["steps"] = (len(v.trace.records), 1.0)
     out["critique_cycles"] = (len(v.of("critique")), 1.0)
-    defs = rec.get("deficiencies") or []
+    defs = v.rec.deficiencies
     found = len(defs)
-    resolved = sum(1 for d in defs if d.get("status") == "addressed")
+    resolved = sum(1 for d in defs if d.status == "addressed")
     out["deficiencies_found"] = (found, 1.0)
     out["deficiencies_resolved"] = (resolved, 1.0)
     out["deficiency_resolution_rate"] = (resolved, found)
     # termination reasons
-    reason = str(rec.get("termination_reason") or "")
+    reason = v.rec.termination_reason
     out[f"termination:{reason}"] = (1.0, 1.0)
     return out

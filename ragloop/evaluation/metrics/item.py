@@ -22,16 +22,18 @@ from ragloop.evaluation.metrics.retrieval import (
     recall_at_k,
     reciprocal_rank,
 )
+from ragloop.evaluation.records import ResultRecord
 
 CORRECT_THRESHOLD = 0.5
 """A judged correctness probability at or above this counts as a correct answer."""
 
 
-def ranking_only_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
-    relevant = set(rec.get("gold_docs") or [])
-    if not relevant or rec.get("error"):
+def ranking_only_metrics(rec: Mapping[str, Any] | ResultRecord) -> dict[str, Pair]:
+    r = ResultRecord.load(rec)
+    relevant = set(r.gold_docs)
+    if not relevant or r.error:
         return {}
-    ranked = dedupe(rec.get("ranking") or [])
+    ranked = dedupe(r.ranking)
     return {
         "recall@10": (recall_at_k(ranked, relevant, 10), 1.0),
         "recall@100": (recall_at_k(ranked, relevant, 100), 1.0),
@@ -42,38 +44,38 @@ def ranking_only_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
     }
 
 
-def answer_correct(rec: Mapping[str, Any]) -> bool | None:
+def answer_correct(rec: Mapping[str, Any] | ResultRecord) -> bool | None:
     """Is the (non-refused) answer right? Short gold spans: a span occurs in the answer.
     Otherwise the judge's correctness p >= 0.5, or without a judge token F1 >= 0.5."""
-    if rec.get("refused"):
+    r = ResultRecord.load(rec)
+    if r.refused:
         return False
-    answers = rec.get("answers") or []
-    if answers:
-        return squad_scores(str(rec.get("answer") or ""), False, answers, False).contains >= 1.0
-    p = (rec.get("judged") or {}).get("judge_correct_p")
+    if r.answers:
+        return squad_scores(r.answer, False, r.answers, False).contains >= 1.0
+    p = r.judged.get("judge_correct_p")
     if p is not None:
-        return float(p) >= CORRECT_THRESHOLD
-    ref = str(rec.get("reference") or "")
-    if not ref:
+        return p >= CORRECT_THRESHOLD
+    if not r.reference:
         return None
-    return token_f1(strip_citations(answer_body(str(rec.get("answer") or ""))), ref) >= 0.5
+    return token_f1(strip_citations(answer_body(r.answer)), r.reference) >= 0.5
 
 
-def outcome_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
-    kind = str(rec.get("kind") or "answerable")
-    should_refuse = bool(rec.get("should_refuse"))
-    refused = bool(rec.get("refused"))
+def outcome_metrics(rec: Mapping[str, Any] | ResultRecord) -> dict[str, Pair]:
+    r = ResultRecord.load(rec)
+    kind = r.kind or "answerable"
+    should_refuse = r.should_refuse
+    refused = r.refused
     out: dict[str, Pair] = {}
     # end-to-end: refusing an unanswerable item is right, refusing an answerable one wrong
     if should_refuse:
         out["e2e_accuracy"] = frac(refused)
     elif kind != "underspecified":
-        ok = answer_correct(rec)
+        ok = answer_correct(r)
         out["e2e_accuracy"] = NONE if ok is None else frac(ok)
         out["answer_accuracy_answered"] = NONE if refused or ok is None else frac(ok)
     # SQuAD: a record carries gold spans or is an unanswerable SQuAD question
-    if rec.get("suite") == "squad" or rec.get("answers"):
-        s = squad_scores(str(rec.get("answer") or ""), refused, rec.get("answers") or [], should_refuse)
+    if r.suite == "squad" or r.answers:
+        s = squad_scores(r.answer, refused, r.answers, should_refuse)
         out["squad_em"] = (s.exact, 1.0)
         out["squad_f1"] = (s.f1, 1.0)
         if should_refuse:
@@ -82,23 +84,24 @@ def outcome_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
             out["squad_hasans_f1"] = (s.f1, 1.0)
             out["answer_contains_gold"] = (s.contains, 1.0)
     # correctness against the reference in words (token F1; a refusal scores 0)
-    ref = str(rec.get("reference") or "")
-    if ref and not should_refuse and kind != "underspecified" and not rec.get("answers"):
-        text = strip_citations(answer_body(str(rec.get("answer") or "")))
+    ref = r.reference
+    if ref and not should_refuse and kind != "underspecified" and not r.answers:
+        text = strip_citations(answer_body(r.answer))
         out["token_f1"] = (0.0 if refused else token_f1(text, ref), 1.0)
     if not refused:
-        out["answer_words"] = (float(len(strip_citations(answer_body(str(rec.get("answer") or ""))).split())), 1.0)
-    judged = rec.get("judged") or {}
-    for key, v in judged.items():
+        out["answer_words"] = (float(len(strip_citations(answer_body(r.answer)).split())), 1.0)
+    for key, v in r.judged.items():
         out[key] = value(v)
-    if judged.get("judge_correct_p") is not None:
-        out["judge_correct"] = frac(float(judged["judge_correct_p"]) >= CORRECT_THRESHOLD)
+    p = r.judged.get("judge_correct_p")
+    if p is not None:
+        out["judge_correct"] = frac(p >= CORRECT_THRESHOLD)
     return out
 
 
-def item_metrics(rec: Mapping[str, Any]) -> dict[str, Pair]:
-    if rec.get("mode") == "retrieval":
-        return ranking_only_metrics(rec)
-    if rec.get("error"):
+def item_metrics(rec: Mapping[str, Any] | ResultRecord) -> dict[str, Pair]:
+    r = ResultRecord.load(rec)
+    if r.mode == "retrieval":
+        return ranking_only_metrics(r)
+    if r.error:
         return {}
-    return retrieval_metrics(rec) | agent_metrics(rec) | ops_metrics(rec) | outcome_metrics(rec)
+    return retrieval_metrics(r) | agent_metrics(r) | ops_metrics(r) | outcome_metrics(r)

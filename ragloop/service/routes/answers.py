@@ -54,7 +54,7 @@ async def get_answer(answer_id: AnswerId, svc: ServiceDep, caller: CallerDep) ->
         pipeline_version=answer.pipeline_version,
         degraded=trace.degraded,
         created_at=answer.created_at,
-        trace=trace.stored(),
+        trace=trace,
     )
 
 
