@@ -35,29 +35,14 @@ def _store() -> Store:
 
 def stored_rejudge(store: Store, judge: Judge) -> Any:
     """answer id -> the judge's overall score on the answer as it was served (the tier-1 job's payload)."""
-    from ragloop.improve.evaluate import _contexts
-    from ragloop.improve.judge import JudgeInput
+    from ragloop.improve.payload import answer_payload
     from ragloop.models.chat import run_sync
-    from ragloop.store.vocabulary import Tier
 
     def rejudge(answer_id: str) -> float | None:
-        payload = next(
-            (
-                j.payload
-                for j in store.queue.for_answer(answer_id)
-                if j.tier == Tier.HEURISTIC and "answer" in j.payload
-            ),
-            None,
-        )
+        payload = answer_payload(store, answer_id)
         if payload is None:
             return None
-        item = JudgeInput(
-            question=str(payload.get("question", "")),
-            answer=str(payload.get("answer", "")),
-            contexts=_contexts(payload),
-            refused=bool(payload.get("refused", False)),
-        )
-        return run_sync(judge.evaluate(item)).overall
+        return run_sync(judge.evaluate(payload.judge_input())).overall
 
     return rejudge
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from ragloop.improve.judge import Judge
-from ragloop.improve.payload import EvaluationPayload
+from ragloop.improve.payload import EvaluationPayload, answer_payload
 from ragloop.improve.recalibration import MODEL_TTL_S, active_model
 from ragloop.improve.review_intake import ReviewIntake
 from ragloop.improve.routing import RoutingConfig, RoutingReason, disagreement, route_tier1
@@ -235,9 +235,9 @@ class OnlineEvaluator:
         return Outcome.COMPLETED
 
     def _payload_for(self, answer_id: str) -> EvaluationPayload:
-        for j in self.store.queue.for_answer(answer_id):
-            if j.tier == Tier.HEURISTIC and (p := EvaluationPayload.load(j.payload)).carries_answer:
-                return p
+        p = answer_payload(self.store, answer_id)
+        if p is not None:
+            return p
         raise NotFoundError(f"answer {answer_id} has no stored evaluation payload")
 
     # ------------------------------------------------------------------ dead letters

@@ -23,6 +23,8 @@ from ragloop.agent.trace import Trace, TraceSummary
 from ragloop.agent.types import TraceRecord
 from ragloop.improve.judge import JudgeInput
 from ragloop.improve.tier1 import Tier1Input
+from ragloop.store import Store
+from ragloop.store.vocabulary import Tier
 
 MAX_CONTEXT_CHARS = 2000
 MAX_RETRIEVED = 10
@@ -147,6 +149,16 @@ class EvaluationPayload(_Stored):
 
     def stored(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+def answer_payload(store: Store, answer_id: str) -> EvaluationPayload | None:
+    """The payload the recorder stored with the answer's tier-1 job; None when there is none."""
+    for job in store.queue.for_answer(answer_id):
+        if job.tier == Tier.HEURISTIC:
+            p = EvaluationPayload.load(job.payload)
+            if p.carries_answer:
+                return p
+    return None
 
 
 class StoredTrace(_Stored):

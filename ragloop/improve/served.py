@@ -25,11 +25,10 @@ from enum import StrEnum
 from typing import Any
 
 from ragloop.config import PipelineConfig, Settings
-from ragloop.improve.payload import EvaluationPayload, PayloadHit, StoredTrace
+from ragloop.improve.payload import EvaluationPayload, PayloadHit, StoredTrace, answer_payload
 from ragloop.improve.types import RankedChunk
 from ragloop.retrieval.collection import Collection, CollectionError, list_collections
 from ragloop.store import Store, UserFeedback, question_hash
-from ragloop.store.vocabulary import Tier
 
 MAX_CONTEXT_CHARS = 2000
 
@@ -77,18 +76,10 @@ class ServedAnswer:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _payload(store: Store, answer_id: str) -> EvaluationPayload:
-    for job in store.queue.for_answer(answer_id):
-        if job.tier == Tier.HEURISTIC:
-            p = EvaluationPayload.load(job.payload)
-            if p.carries_answer:
-                return p
-    return EvaluationPayload()
-
-
 def answer_collection(store: Store, answer_id: str) -> str | None:
     """The collection the answer was served from, as its evaluation job recorded it (None: not recorded)."""
-    return _payload(store, answer_id).collection or None
+    p = answer_payload(store, answer_id)
+    return p.collection or None if p is not None else None
 
 
 def _judge_answer(store: Store, answer_id: str) -> str | None:
@@ -115,7 +106,7 @@ def load_served(store: Store, answer_id: str) -> ServedAnswer | None:
     query = store.queries.query_for_answer(answer_id)
     if answer is None or query is None:
         return None
-    p = _payload(store, answer_id)
+    p = answer_payload(store, answer_id) or EvaluationPayload()
     feedback = store.feedback.for_answer(answer_id)
     retrieved = [r for r in p.retrieved if r.chunk_id]
     if not retrieved:
