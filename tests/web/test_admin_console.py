@@ -3,7 +3,8 @@ changes what serves). Feedback given on the chat page is found among the evaluat
 review queue, scored by a reviewer and then counted in the tiers' agreement; an improvement the loop
 applied is on the timeline and reverted from it; an experiment started from its form has results per
 variant and a confidence sequence; regression runs show their trend with the failing metric
-highlighted; knowledge gaps and the golden set; markup in questions and answers shows as text;
+highlighted; knowledge gaps, and the golden set with its review queue (approve with an edited
+answer, reject; no machine score shown); markup in questions and answers shows as text;
 phone width. `RAGLOOP_UI_SCREENSHOTS=1` saves each page under benchmarks/results/ui/."""
 
 from __future__ import annotations
@@ -235,12 +236,45 @@ def test_regression_runs_and_the_golden_set(page: Any, served: Served) -> None:
     expect(page.locator("#reg-charts circle.regressed")).to_have_count(1)
     shot(page, "13-admin-regression", full_page=True)
 
+    # adversarial candidates at the questions no golden entry covers (offline templates) wait for review
+    for i, q in enumerate(("Which engineer built the Zorblat Bridge?", "How tall is the tower Marta Quill designed?")):
+        r = served.api("POST", "/v1/query", served.user, json={"question": q, "session_id": f"cov-{i}"})
+        assert r.status_code == 200 and not r.json()["refused"], r.text
+    body = {"generator": "templates", "max_candidates": 4, "radius": 0.99}
+    generated = served.api("POST", "/v1/golden/generate", served.admin, json=body)
+    assert generated.status_code == 200, generated.text
+    candidates = generated.json()["candidates"]
+    cov = generated.json()["coverage"]
+    assert len(candidates) >= 2, (cov["n"], cov["covered"], cov["uncovered_clusters"])
+    version = served.api("GET", "/v1/golden", served.admin).json()["golden_set_version"]
+
     page.get_by_role("link", name="Gaps & golden set").click()
     expect(page.locator("#gaps")).to_contain_text("nitrogen")
     expect(page.locator("#gaps-chart svg")).to_be_visible()
-    expect(page.locator("#golden-summary")).to_contain_text(re.compile(r"version \d+ · 8 live entries"))
+    expect(page.locator("#golden-summary")).to_contain_text(f"version {version} · 8 live entries")
     expect(page.locator("#golden-difficulty svg")).to_be_visible()
+    expect(page.locator("#golden-coverage svg")).to_be_visible()
+    expect(page.locator("#golden-versions tbody tr")).not_to_have_count(0)
+    queue = page.locator("#golden-queue li.candidate")
+    expect(queue).to_have_count(len(candidates))
+    assert not re.search(r"score|confidence|rating", page.locator("#golden-queue").inner_text(), re.I)
+    expect(page.locator("#golden-queue")).to_contain_text("<script>window.__pwned = 1</script>")  # a served answer
+    no_markup_ran(page)
     shot(page, "14-admin-gaps-golden", full_page=True)
+
+    first, second = candidates[0], candidates[1]
+    item = page.locator(f'li.candidate[data-candidate-id="{first["candidate_id"]}"]')
+    item.get_by_label(re.compile("^Expected answer")).fill("An answer the reviewer wrote.")
+    item.get_by_role("button", name=re.compile("^Approve")).click()
+    expect(page.locator("#golden-status")).to_contain_text("Approved")
+    expect(page.locator("#golden-summary")).to_contain_text(f"version {version + 1} · 9 live entries")
+    page.locator(f'li.candidate[data-candidate-id="{second["candidate_id"]}"]').get_by_role(
+        "button", name=re.compile("^Reject")
+    ).click()
+    expect(page.locator("#golden-status")).to_contain_text("Rejected")
+    expect(queue).to_have_count(len(candidates) - 2)
+    approved = served.api("GET", "/v1/golden/review?status=approved", served.admin).json()["candidates"]
+    assert [(c["candidate_id"], c["answer_edited"]) for c in approved] == [(first["candidate_id"], True)]
 
 
 def test_an_experiment_from_its_form(page: Any, served: Served) -> None:
