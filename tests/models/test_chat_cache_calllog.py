@@ -148,6 +148,17 @@ def test_cached_structured_output_is_revalidated(db: ChatCacheDB) -> None:
     assert hit.cached and hit.parsed == Answer(text="hi")
 
 
+def test_a_broken_cache_costs_a_miss_not_the_call(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = ChatCacheDB(tmp_path / "broken.sqlite")
+    model = Cached(TestModel(["first", "second"]), d)
+    with d.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE chat_cache")
+    assert run_sync(model.request(ChatRequest.user("q"))).text == "first"
+    assert run_sync(model.request(ChatRequest.user("q"))).text == "second"  # nothing could be cached
+    assert model.errors == 4 and "chat cache" in caplog.text
+    d.close()
+
+
 def test_failures_are_not_cached(db: ChatCacheDB) -> None:
     inner = TestModel(["bad", "worse", '{"text": "ok"}'])
     model = Cached(inner, db)

@@ -4,18 +4,25 @@ A hit is returned with `cached=True` and the latency the original call took (so 
 reports stay honest about what the model costs); structured output is re-validated from the
 stored JSON. Entries past the TTL are misses and are deleted; past the size cap (entries or
 bytes) the least recently used go first. Failures are never cached. Streaming passes through.
+The file is read and written in a worker thread (the answer graph's event loop never waits on a
+SQLite lock), and a cache that cannot be read or written costs a miss and a warning, never the call.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 
 from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from ragloop.models.chat.base import ChatModel, ChatRequest, ChatResponse
 from ragloop.models.chat.db import ChatCacheDB, chat_cache
 from ragloop.models.chat.wrappers import WrapperModel
+
+log = logging.getLogger("ragloop.models")
 
 
 class Cached(WrapperModel):
@@ -39,6 +46,7 @@ class Cached(WrapperModel):
         self.clock = clock
         self.hits = 0
         self.misses = 0
+        self.errors = 0
 
     def key(self, req: ChatRequest) -> str:
         return req.cache_key(self.inner.name)
@@ -114,12 +122,21 @@ class Cached(WrapperModel):
 
     async def request(self, req: ChatRequest) -> ChatResponse:
         key = self.key(req)
-        hit = self._get(key, req)
+        try:
+            hit = await asyncio.to_thread(self._get, key, req)
+        except SQLAlchemyError as exc:  # a locked or broken cache file is a miss, not a failed call
+            self.errors += 1
+            log.warning("chat cache read failed (%s): %s", type(exc).__name__, str(exc)[:200])
+            hit = None
         if hit is not None:
             self.hits += 1
             return hit
         self.misses += 1
         resp = await self.inner.request(req)
         if not resp.cached:
-            self._put(key, resp)
+            try:
+                await asyncio.to_thread(self._put, key, resp)
+            except SQLAlchemyError as exc:
+                self.errors += 1
+                log.warning("chat cache write failed (%s): %s", type(exc).__name__, str(exc)[:200])
         return resp
