@@ -92,21 +92,29 @@ def run(
 
 
 def status_data(store: Store) -> dict[str, Any]:
+    from ragloop.improve import recalibration
     from ragloop.improve.engine import DIAGNOSIS_TIER
     from ragloop.store.vocabulary import JobStatus
 
+    tier1 = recalibration.state(store)
     return {
         "diagnoses": store.diagnoses.counts(),
         "failure_modes": store.diagnoses.mode_counts(),
         "diagnosis_jobs": {str(s): store.queue.count(DIAGNOSIS_TIER, statuses=[s]) for s in JobStatus},
         "knowledge_gaps": {"open": store.knowledge_gaps.count()},
         "improvement_actions": store.improvement_actions.counts(),
+        "tier1": {
+            "model": recalibration.active_model(store).version,
+            "monitor_mode": tier1.monitor,
+            "state": tier1.reason,
+        },
     }
 
 
 @app.command("status")
 def status(json_: JsonOpt = False, database_url: UrlOpt = None) -> None:
-    """Diagnoses by status and failure mode, diagnosis jobs, open knowledge gaps, actions by status."""
+    """Diagnoses by status and failure mode, diagnosis jobs, open knowledge gaps, actions by status, and
+    tier 1's serving model and whether it is in monitor mode."""
     with _store(database_url) as store:
         data = status_data(store)
     if json_:

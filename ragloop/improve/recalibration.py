@@ -317,7 +317,9 @@ def watch(store: Store, clock: Clock, *, resamples: int = 1000, seed: int = 2024
         ran = ev
     refits = store.audit.timeline(action_type=REFIT_ENTRY, limit=1)
     since_fit = _iso(refits[0].evidence.get("labels_until")) if refits else None
-    fresh = [lb for lb in collect_labels(store, since=since_fit) if since_fit is None or lb.at > since_fit]
+    # each pass asks: the newest 2 x BUFFER_SIZE of each source are enough to tell whether 200 arrived
+    recent = collect_labels(store, since=since_fit, limit=2 * BUFFER_SIZE)
+    fresh = [lb for lb in recent if since_fit is None or lb.at > since_fit]
     if len(fresh) >= BUFFER_SIZE:
         propose(store, f"labels:{fresh[0].at.isoformat()}", {"trigger": "label_buffer", "new_labels": len(fresh)})
     return ran

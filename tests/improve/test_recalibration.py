@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ragloop.cli.improve import status_data
 from ragloop.config import PipelineConfig
 from ragloop.improve import recalibration as rc
 from ragloop.improve.clock import ManualClock
@@ -154,6 +155,11 @@ def test_the_weekly_check_runs_once_a_week_and_low_agreement_means_monitor_mode(
     ev = rc.watch(store, clock, resamples=200)
     assert ev is not None and ev["decision"] == "monitor" and ev["labels"] == 60 and ev["agreement"]["value"] < 0.75
     assert rc.state(store).monitor
+    assert status_data(store)["tier1"] == {
+        "model": PRIOR.version,
+        "monitor_mode": True,
+        "state": rc.state(store).reason,
+    }
     [recal] = store.improvement_actions.listed(kind=ActionKind.TIER1_RECALIBRATION.value)
     assert recal.evidence["trigger"] == "weekly_agreement"
     other = store.improvement_actions.propose(
