@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ragloop.evaluation.metrics.agent import ItemView
+from ragloop.evaluation.records import ResultRecord
 from ragloop.evaluation.summary import CONFIG_ORDER, LABELS, SUITE_TITLES, ConfigRun, _order
 
 CHART_METRICS = {
@@ -93,7 +94,11 @@ def chart_metrics(runs: Mapping[str, ConfigRun], suite: str, path: Path) -> Path
 def chart_latency(runs: Mapping[str, ConfigRun], suite: str, path: Path) -> Path | None:
     configs = _order(list(runs), CONFIG_ORDER)
     data = [
-        [float(r.get("latency_ms") or 0.0) for r in runs[c].records if not r.get("error") and "latency_ms" in r]
+        [
+            r.latency_ms
+            for r in map(ResultRecord.load, runs[c].records)
+            if not r.error and "latency_ms" in r.model_fields_set
+        ]
         for c in configs
     ]
     if not any(data):
@@ -112,13 +117,15 @@ def chart_latency(runs: Mapping[str, ConfigRun], suite: str, path: Path) -> Path
     return path
 
 
-def refusal_curve(records: Sequence[Mapping[str, Any]], taus: Sequence[float]) -> tuple[list[float], list[float]]:
+def refusal_curve(
+    records: Sequence[Mapping[str, Any] | ResultRecord], taus: Sequence[float]
+) -> tuple[list[float], list[float]]:
     """Precision and recall of "refuse iff max grade < tau" for each tau; positive = should be
     refused. Precision is NaN where nothing would be refused."""
     rows = [
-        (bool(r.get("should_refuse")), ItemView(r).max_grade())
-        for r in records
-        if r.get("mode") == "agent" and not r.get("error") and r.get("kind") != "underspecified"
+        (r.should_refuse, ItemView(r).max_grade())
+        for r in map(ResultRecord.load, records)
+        if r.mode == "agent" and not r.error and r.kind != "underspecified"
     ]
     positives = sum(p for p, _ in rows)
     prec, rec = [], []
@@ -133,7 +140,7 @@ def refusal_curve(records: Sequence[Mapping[str, Any]], taus: Sequence[float]) -
 
 def chart_refusal(runs: Mapping[str, ConfigRun], suite: str, path: Path) -> Path | None:
     configs = _order(list(runs), CONFIG_ORDER)
-    if not any(r.get("should_refuse") for c in configs for r in runs[c].records):
+    if not any(ResultRecord.load(r).should_refuse for c in configs for r in runs[c].records):
         return None
     taus = [i / 100 for i in range(101)]
     plt = _plt()
@@ -143,11 +150,11 @@ def chart_refusal(runs: Mapping[str, ConfigRun], suite: str, path: Path) -> Path
         ax1.plot(taus, prec, label=f"{c} precision")
         ax1.plot(taus, rec, linestyle="--", label=f"{c} recall")
         line = ax2.plot(rec, prec, label=c)[0]
-        actual = [r for r in runs[c].records if r.get("mode") == "agent" and not r.get("error")]
-        refused = [r for r in actual if r.get("refused") and r.get("kind") != "underspecified"]
-        pos = [r for r in actual if r.get("should_refuse")]
+        actual = [r for r in map(ResultRecord.load, runs[c].records) if r.mode == "agent" and not r.error]
+        refused = [r for r in actual if r.refused and r.kind != "underspecified"]
+        pos = [r for r in actual if r.should_refuse]
         if refused and pos:
-            tp = sum(bool(r.get("should_refuse")) for r in refused)
+            tp = sum(r.should_refuse for r in refused)
             ax2.scatter([tp / len(pos)], [tp / len(refused)], color=line.get_color(), marker="o", zorder=3)
     ax1.set_xlabel("tau (refuse iff max grade < tau)")
     ax1.set_ylabel("refusal precision / recall")

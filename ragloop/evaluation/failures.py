@@ -93,7 +93,7 @@ def pick_failures(
     return picked, counts
 
 
-def render_trace(rec: Mapping[str, Any], max_lines: int = 24) -> str:
+def render_trace(rec: Mapping[str, Any] | ResultRecord, max_lines: int = 24) -> str:
     v = ItemView(rec)
     lines = []
     for r in v.trace.records:

@@ -122,8 +122,12 @@ class ResultRecord(AnswerPart):
     reference: str = ""
     ranking: list[str] = Field(default_factory=list)
     """Retrieval-only records: the passages in rank order."""
+    history: list[str] = Field(default_factory=list)
+    """The conversation's earlier user turns (the item is a follow-up when there are any)."""
     history_latency_ms: float = 0.0
     judged: dict[str, float | None] = Field(default_factory=dict)
+    judge_spread: dict[str, float] = Field(default_factory=dict)
+    """Max - min of each judged metric over the repeats (present with judge_repeats > 1)."""
     error: str | None = None
 
     @classmethod

@@ -22,6 +22,7 @@ from typing import Any
 
 from ragloop.evaluation.charts import chart_latency, chart_metrics, chart_refusal, refusal_curve
 from ragloop.evaluation.failures import diagnose, is_failure, render_trace
+from ragloop.evaluation.records import ResultRecord
 from ragloop.evaluation.runner import done_ids
 from ragloop.evaluation.stats import Estimate, PairedTest
 from ragloop.evaluation.summary import (
@@ -206,16 +207,17 @@ def render_markdown(report: Report, charts: Mapping[str, list[Path]], out_dir: P
                 continue
             counts = ", ".join(f"{k} {v}" for k, v in r.failure_counts.most_common())
             fail_lines += [f"#### {c} (all failures by diagnosis: {counts})", ""]
-            for rec, label, why in r.failures:
-                gold = ", ".join(rec.get("gold_docs") or rec.get("gold_chunks") or []) or "—"
-                golds = "; ".join((rec.get("answers") or [])[:3]) or (rec.get("reference") or "")[:200]
-                hist = f" (after {len(rec.get('history') or [])} earlier turns)" if rec.get("history") else ""
+            for raw, label, why in r.failures:
+                rec = ResultRecord.load(raw)
+                gold = ", ".join(rec.gold_docs or rec.gold_chunks) or "—"
+                golds = "; ".join(rec.answers[:3]) or rec.reference[:200]
+                hist = f" (after {len(rec.history)} earlier turns)" if rec.history else ""
                 fail_lines += [
-                    f"- **{rec['id']}** [{rec.get('kind')}] {rec.get('question')}{hist}",
+                    f"- **{rec.id}** [{rec.kind}] {rec.question}{hist}",
                     f"  - diagnosis: **{label}**: {why}",
                     f"  - gold: {gold}; expected: {golds or '—'}",
-                    f"  - answer ({'refused' if rec.get('refused') else 'answered'}, "
-                    f"{rec.get('termination_reason')}): {str(rec.get('answer') or '')[:300]!r}",
+                    f"  - answer ({'refused' if rec.refused else 'answered'}, "
+                    f"{rec.termination_reason}): {rec.answer[:300]!r}",
                     "",
                     "```text",
                     render_trace(rec),

@@ -17,6 +17,7 @@ from ragloop.evaluation.failures import pick_failures
 from ragloop.evaluation.judge import judge_warning
 from ragloop.evaluation.metrics.item import item_metrics
 from ragloop.evaluation.metrics.ops import ops_values
+from ragloop.evaluation.records import ResultRecord
 from ragloop.evaluation.runner import read_records
 from ragloop.evaluation.stats import Estimate, PairedTest, bootstrap_ci, bootstrap_percentile, paired_test
 
@@ -178,30 +179,31 @@ def summarise(run: ConfigRun, resamples: int = 1000) -> None:
     sums: dict[str, list[tuple[float, float]]] = {}
     values: dict[str, list[float]] = {}
     spreads: dict[str, list[float]] = {}
-    for rec in run.records:
-        if rec.get("error"):
+    for raw in run.records:
+        rec = ResultRecord.load(raw)
+        if rec.error:
             run.errors += 1
             continue
-        for k, v in (rec.get("judge_spread") or {}).items():
-            spreads.setdefault(k, []).append(float(v))
+        for k, v in rec.judge_spread.items():
+            spreads.setdefault(k, []).append(v)
         m = item_metrics(rec)
-        run.pairs[str(rec["id"])] = m
+        run.pairs[rec.id] = m
         for k, p in m.items():
             if k.startswith("termination:"):
                 run.terminations[k.split(":", 1)[1]] += 1
                 continue
             sums.setdefault(k, []).append(p)
-        if rec.get("mode") == "agent":
+        if rec.mode == "agent":
             for k, vs in ops_values(rec).items():
                 values.setdefault(k, []).extend(vs)
-            values.setdefault("steps_all", []).append(float(len(rec.get("trace") or [])))
+            values.setdefault("steps_all", []).append(float(len(rec.trace)))
     for k, ps in sums.items():
         run.metrics[k] = bootstrap_ci([p[0] for p in ps], [p[1] for p in ps], resamples=resamples)
     if values.get("latency_ms"):
         run.metrics["latency_p50"] = bootstrap_percentile(values["latency_ms"], 50, resamples=resamples)
         run.metrics["latency_p95"] = bootstrap_percentile(values["latency_ms"], 95, resamples=resamples)
         run.metrics["steps_p95"] = bootstrap_percentile(values["steps_all"], 95, resamples=resamples)
-        if any(r.get("history") for r in run.records):
+        if any(ResultRecord.load(r).history for r in run.records):
             run.metrics["conversation_p50"] = bootstrap_percentile(values["conversation_ms"], 50, resamples=resamples)
         for k, vs in values.items():
             if k.startswith("node_ms:"):
