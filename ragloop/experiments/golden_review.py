@@ -45,7 +45,10 @@ Clock = Callable[[], datetime]
 
 
 def system_clock() -> datetime:
-    return datetime.now(UTC)
+    """The process clock (`RAGLOOP_CLOCK`, the system's by default): the one the store stamps rows by."""
+    from ragloop.store import utcnow
+
+    return utcnow()
 
 
 def _day(when: datetime) -> datetime:

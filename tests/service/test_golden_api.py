@@ -163,3 +163,13 @@ async def test_nominate_coverage_and_generate(collection: Collection, store: Sto
         assert r.status_code == 409 and "chat model" in r.text
         queue = (await c.get("/v1/golden/review", headers=keys.a)).json()
         assert queue["pending"] == gen["proposed"]
+
+
+def test_nightly_nomination_is_a_periodic_task_when_enabled(store: Store) -> None:
+    from tests.service.conftest import SERVICE
+
+    app = build_app(store, service_config=SERVICE.with_(golden_nomination_check_s=600.0))
+    assert "golden-nomination" in app.state.service.loops.names
+    assert "golden-nomination" not in build_app(store).state.service.loops.names  # off by default
+    with pytest.raises(ValueError, match="sum to 1"):
+        build_app(store, service_config=SERVICE.with_(golden_target_mix="easy=0.9,standard=0.9,hard=0"))
