@@ -80,5 +80,7 @@ def test_truncate_is_refused_on_postgres(store: Store, db: Database) -> None:
     store.golden.add_golden_entry("q", "a", source="human", created_by="alice")
     for table in ("improvement_audit_log", "golden_set_entries"):
         with pytest.raises(DBAPIError, match="insert-only"), db.engine.begin() as conn:
-            conn.execute(text(f"TRUNCATE {table}"))
+            # CASCADE: golden_candidates references golden_set_entries, and a plain TRUNCATE would stop
+            # at that foreign key before the trigger; with CASCADE only the trigger can refuse it
+            conn.execute(text(f"TRUNCATE {table} CASCADE"))
     assert len(store.audit.timeline()) == 1 and len(store.golden.current_golden_set()) == 1
