@@ -92,6 +92,8 @@ def arm_scores(store: Store, experiment_id: str) -> dict[Variant, ArmScores]:
         latest: dict[tuple[str, str], Any] = {}
         for ev in evals:
             latest[(ev.answer_id, ev.evaluation_tier)] = ev
+    for answer_id, rating in latest_ratings(store, experiment_id).items():
+        arms[variant_of[answer_id]].scores[Metric.USER_RATING].append(rating)
     for (answer_id, tier), ev in latest.items():
         arm = arms[variant_of[answer_id]]
         for metric in Metric:
@@ -101,6 +103,26 @@ def arm_scores(store: Store, experiment_id: str) -> dict[Variant, ArmScores]:
             if value is not None and math.isfinite(float(value)):
                 arm.scores[metric].append(float(value))
     return arms
+
+
+def latest_ratings(store: Store, experiment_id: str) -> dict[str, float]:
+    """answer id -> its latest explicit rating (positive 1, negative 0), for the experiment's answers."""
+    return {answer_id: value for answer_id, (_at, value) in timed_ratings(store, experiment_id).items()}
+
+
+def timed_ratings(store: Store, experiment_id: str) -> dict[str, tuple[Any, float]]:
+    """answer id -> (when, rating as 1/0) of its latest explicit rating."""
+    from ragloop.store.models import Answer, Query, UserFeedback
+
+    with store.db.transaction(write=False) as s:
+        rows = s.execute(
+            select(UserFeedback.answer_id, UserFeedback.created_at, UserFeedback.rating)
+            .join(Answer, Answer.answer_id == UserFeedback.answer_id)
+            .join(Query, Query.query_id == Answer.query_id)
+            .where(Query.experiment_id == experiment_id)
+            .order_by(UserFeedback.created_at, UserFeedback.feedback_id)
+        ).all()
+    return {answer_id: (at, 1.0 if rating == "positive" else 0.0) for answer_id, at, rating in rows}
 
 
 def _arm_json(metric: Metric, scores: list[float]) -> dict[str, Any]:

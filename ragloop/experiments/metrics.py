@@ -6,6 +6,7 @@
 | `faithfulness`, `answer_relevancy`, `context_precision`, `context_recall` | tier-2 RAGAS scores | llm_judge |
 | `latency_p99` | `answers.latency_ms / 1000` (seconds) | the answer |
 | `refusal_rate` | `answers.refused` as 0/1 | the answer |
+| `user_rating` | the answer's latest explicit rating, positive 1 / negative 0 (rated answers only) | users |
 
 `latency_p99` is reported per arm as the 99th percentile, but the *test* compares mean latency:
 a percentile has no additive per-answer score for the sequential test, and a p99 regression
@@ -29,6 +30,7 @@ class Metric(StrEnum):
     CONTEXT_RECALL = "context_recall"
     LATENCY_P99 = "latency_p99"
     REFUSAL_RATE = "refusal_rate"
+    USER_RATING = "user_rating"
 
     @property
     def direction(self) -> Direction:
@@ -41,7 +43,7 @@ class Metric(StrEnum):
         """The evaluation tier that scores it (None: read from the answer row)."""
         if self is Metric.TIER1_SCORE:
             return Tier.HEURISTIC
-        if self in (Metric.LATENCY_P99, Metric.REFUSAL_RATE):
+        if self in (Metric.LATENCY_P99, Metric.REFUSAL_RATE, Metric.USER_RATING):
             return None
         return Tier.LLM_JUDGE
 
@@ -53,12 +55,13 @@ class Metric(StrEnum):
             Metric.ANSWER_RELEVANCY: "answer_relevance",
             Metric.LATENCY_P99: "latency_ms",
             Metric.REFUSAL_RATE: "refused",
+            Metric.USER_RATING: "rating",
         }.get(self, self.value)
 
     @property
     def planning_sd(self) -> float:
         """A guess of one answer's spread, for `SequentialDesign.plan` (a wrong guess costs width only)."""
-        return {Metric.LATENCY_P99: 1.0, Metric.REFUSAL_RATE: 0.4}.get(self, 0.2)
+        return {Metric.LATENCY_P99: 1.0, Metric.REFUSAL_RATE: 0.4, Metric.USER_RATING: 0.5}.get(self, 0.2)
 
 
 ALIASES: dict[str, Metric] = {
@@ -68,6 +71,7 @@ ALIASES: dict[str, Metric] = {
     "answer_relevance": Metric.ANSWER_RELEVANCY,
     "latency": Metric.LATENCY_P99,
     "refusal": Metric.REFUSAL_RATE,
+    "rating": Metric.USER_RATING,
 }
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from ragloop.experiments.aggregation import ALPHA, _design
+from ragloop.experiments.aggregation import ALPHA, _design, timed_ratings
 from ragloop.experiments.assignment import Variant
 from ragloop.experiments.metrics import Metric, parse_metric
 from ragloop.experiments.stats import ArmSummary, compare
@@ -64,6 +64,11 @@ def _timed_scores(store: Store, experiment_id: str, metric: Metric) -> list[tupl
     from ragloop.store.models import Answer, Evaluation, Query
 
     out: list[tuple[datetime, Variant, float]] = []
+    if metric is Metric.USER_RATING:
+        variants = _variants(store, experiment_id)
+        rated = timed_ratings(store, experiment_id).items()
+        out = [(at, variants[a], value) for a, (at, value) in rated if a in variants]
+        return sorted(out, key=lambda r: r[0])
     with store.db.transaction(write=False) as s:
         if metric.tier is None:
             rows = s.execute(
@@ -100,6 +105,18 @@ def _timed_scores(store: Store, experiment_id: str, metric: Metric) -> list[tupl
                     out.append((at, Variant(variant), float(value)))
     out.sort(key=lambda r: r[0])
     return out
+
+
+def _variants(store: Store, experiment_id: str) -> dict[str, Variant]:
+    from ragloop.store.models import Answer, Query
+
+    with store.db.transaction(write=False) as s:
+        rows = s.execute(
+            select(Answer.answer_id, Query.variant)
+            .join(Query, Query.query_id == Answer.query_id)
+            .where(Query.experiment_id == experiment_id)
+        ).all()
+    return {a: Variant(v) for a, v in rows if v in tuple(Variant)}
 
 
 def _finite(x: float) -> float | None:

@@ -230,3 +230,35 @@ def test_two_workers_never_start_two_experiments(store: Store, clock: FakeClock)
     rows = store.experiments.list_experiments()
     assert [(r.treatment_version, r.status) for r in rows] == [(cand, ExperimentStatus.RUNNING.value)]
     assert len(store.audit.timeline(action_type=STARTED)) == 1
+
+
+def test_an_experiment_can_decide_on_what_users_say(store: Store, clock: FakeClock) -> None:
+    from ragloop.experiments.sequence import confidence_sequence
+
+    current = _current(store)
+    cand = _candidate(store, current, {"agent": {"tau_lower": 0.1}})
+    rating = AutoExperimentSettings(
+        traffic_split=0.5, min_sample_size=40, min_duration_s=0, primary_metric="user_rating", guardrail_metrics=()
+    )
+    step = auto_experiment_step(store, _passes, settings=rating, clock=clock)
+    eid = step.experiment_id or ""
+    for arm, version, good in ((Variant.CONTROL, current, 0.4), (Variant.TREATMENT, cand, 0.8)):
+        for i in range(120):
+            ans = store.queries.record_answer(
+                session_id=f"{arm}-{i}",
+                question=f"q{i}",
+                answer_text="a",
+                pipeline_version=version,
+                experiment_id=eid,
+                variant=arm.value,
+            )
+            if i % 2:  # half the users rate; the later rating of an answer counts
+                store.feedback.add(ans.answer_id, "negative")
+                store.feedback.add(ans.answer_id, "positive" if (i % 10) / 10 < good else "negative")
+    results = aggregate(store, eid, clock)
+    metric = results["metrics"]["user_rating"]
+    assert (metric["control"]["n"], metric["treatment"]["n"]) == (60, 60)
+    assert metric["control"]["mean"] == 0.4 and metric["treatment"]["mean"] == 0.8
+    assert results["promotion"]["promoted"] is True
+    seq = confidence_sequence(store, eid, "user_rating")
+    assert seq.points and (seq.points[-1].n_control, seq.points[-1].n_treatment) == (60, 60)
