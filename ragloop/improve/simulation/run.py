@@ -75,6 +75,14 @@ class ArmConfig:
             "RAGLOOP_REGRESSION_INTERVAL_S": "86400",
             "RAGLOOP_RATE_LIMIT_PER_MINUTE": "100000",
             "RAGLOOP_MAX_CONCURRENT_ANSWERS": "2",
+            # the experiments the auto-experiment step gives machine-made candidates (ragloop.experiments.auto),
+            # sized for a few dozen answers a simulated day: half the sessions, decided on what users
+            # say (tier 1 agrees with labels too weakly to decide on), after at least one simulated day
+            "RAGLOOP_AUTO_EXPERIMENT_INTERVAL_S": "3600",
+            "RAGLOOP_EXPERIMENT_TRAFFIC_SPLIT": "0.5",
+            "RAGLOOP_EXPERIMENT_MIN_SAMPLE_SIZE": "20",
+            "RAGLOOP_EXPERIMENT_MIN_DURATION_S": "86400",
+            "RAGLOOP_EXPERIMENT_PRIMARY_METRIC": "user_rating",
         }
 
 
