@@ -11,6 +11,7 @@ const TIER_SHORT = { heuristic: "tier 1", llm_judge: "tier 2", human: "tier 3" }
 const TIER_NAMES = { heuristic: "tier 1 (heuristics)", llm_judge: "tier 2 (judge)", human: "tier 3 (human)" };
 let api;
 let offset = 0;
+let listSeq = 0;
 
 export function init(client) {
   api = client;
@@ -75,14 +76,16 @@ function query() {
 }
 
 async function showList() {
-  const body = clear($("evals"));
+  const mine = ++listSeq; // a slower, older request must not overwrite a newer filter's rows
   let page;
   try {
     page = await api.get(`/v1/admin/evaluations?${query()}`);
   } catch (err) {
-    body.append(el("tr", {}, el("td", { colspan: 6, class: "error", text: err.message })));
+    if (mine === listSeq) clear($("evals")).append(el("tr", {}, el("td", { colspan: 6, class: "error", text: err.message })));
     return;
   }
+  if (mine !== listSeq) return;
+  const body = clear($("evals"));
   if (!page.evaluations.length) body.append(el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No evaluation matches." })));
   for (const e of page.evaluations) body.append(row(e));
   const first = page.evaluations.length ? offset + 1 : 0;

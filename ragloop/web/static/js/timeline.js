@@ -22,6 +22,7 @@ const KINDS = [
 let api;
 let offset = 0;
 let total = 0;
+let seq = 0;
 
 export function kindOf(type) {
   if (type.startsWith("remediation:")) return "remediation";
@@ -56,7 +57,9 @@ export async function show() {
   const type = $("tl-type").value;
   const q = new URLSearchParams({ limit: String(PAGE), offset: String(offset) });
   if (type) q.append("action_type", type);
+  const mine = ++seq; // only the newest request draws (filter and paging clicks can overlap)
   const page = await api.get(`/v1/admin/audit?${q}`);
+  if (mine !== seq) return;
   total = page.total;
   renderFilter(page.action_types, type);
   renderStrip(page.entries);
