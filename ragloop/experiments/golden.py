@@ -46,6 +46,15 @@ class GoldenImportError(ValueError):
     pass
 
 
+_CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+
+
+def without_citations(text: str) -> str:
+    """A served answer as a proposed expected answer: its `[n]` markers point into one retrieval's
+    sources, which a golden answer does not have."""
+    return _CITATION.sub("", text).strip()
+
+
 def normalise(question: str) -> str:
     return re.sub(r"\s+", " ", question).strip().lower()
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ragloop.experiments.golden import UNANSWERABLE_TAG
+from ragloop.experiments.golden import UNANSWERABLE_TAG, without_citations
 from ragloop.store.repositories.golden_candidates import Proposal
 from ragloop.store.vocabulary import GoldenDifficulty, GoldenSource
 
@@ -66,7 +66,7 @@ class GenerationResult:
 
 def first_sentence(text: str, limit: int = 240) -> str:
     s = _SENTENCE.split(text.strip(), maxsplit=1)[0].strip()
-    s = re.sub(r"\s*\[\d+\]", "", s)  # citation markers belong to the served answer, not the premise
+    s = without_citations(s)  # citation markers belong to the served answer, not the premise
     return s if len(s) <= limit else s[: limit - 1].rstrip() + "…"
 
 
@@ -238,7 +238,9 @@ def seeds_from(store: Store, report: CoverageReport) -> list[Seed]:
     for c in report.uncovered_clusters:
         key = c.question_keys[0] if c.question_keys else ""
         text, docs, chunks = served.get(key, (None, [], []))
-        out.append(Seed(c.representative, text, tuple(docs), tuple(chunks), c.size))
+        out.append(
+            Seed(c.representative, without_citations(text) if text else None, tuple(docs), tuple(chunks), c.size)
+        )
     return out
 
 

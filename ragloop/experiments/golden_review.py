@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ragloop.experiments.golden import UNANSWERABLE_TAG, entry_json, is_held_out
+from ragloop.experiments.golden import UNANSWERABLE_TAG, entry_json, is_held_out, without_citations
 from ragloop.store.repositories.golden_candidates import NominationFacts, Proposal
 from ragloop.store.vocabulary import GoldenSource
 
@@ -140,7 +140,7 @@ def nominate(
         proposals.append(
             Proposal(
                 question=standalone or f.question,
-                proposed_answer=f.answer_text,
+                proposed_answer=without_citations(f.answer_text),
                 source=GoldenSource.AUTO_NOMINATED,
                 generator="nightly",
                 answer_id=f.answer_id,

@@ -75,6 +75,7 @@ def test_the_nomination_rule_and_a_review_that_never_shows_scores(store: Store) 
     }
     assert nominate(store, clock=clock).nominated == []  # proposed once, never again
     (cand,) = store.golden_candidates.by_status()
+    assert cand.proposed_answer == "The answer to Who built the bridge?"  # the served "[1]" is gone
     assert cand.evidence["judge_score"] == 0.95 and cand.evidence["positive_ratings"] == 3  # kept for the audit
     shown = review_json(cand)
     assert set(shown) == set(REVIEW_FIELDS)
