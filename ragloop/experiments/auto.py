@@ -8,7 +8,10 @@ of `auto_experiment_step` (a periodic task of `ragloop serve`, beside the aggreg
 experiments) does at most one of:
 
 1. **busy**: an experiment is running (one at a time, enforced by the database): nothing to do;
-   the aggregation promotes, rejects or halts it.
+   the aggregation promotes it or halts it on a guardrail. Unless it is decided against: when the
+   aggregation recommends `keep_control` (enough samples, and the confidence sequence excludes a
+   gain of min_effect) the step **rejects** it, and one still undecided after `max_duration_s` is
+   **stopped** as inconclusive, so a candidate that does not win never blocks the next one.
 2. For the oldest untried candidate:
    - built on a version that no longer serves → **rebased**: its changes (the leaves where it
      differs from its parent) applied to the current version, registered as a new candidate with
@@ -39,12 +42,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
 from ragloop.config import PipelineConfig
+from ragloop.experiments.assignment import ExperimentStatus
 from ragloop.experiments.golden import working_set
 from ragloop.experiments.metrics import Metric, parse_metric
 from ragloop.experiments.registry import (
@@ -53,6 +58,7 @@ from ragloop.experiments.registry import (
     ExperimentError,
     ExperimentSpec,
     create_experiment,
+    end_experiment,
     running_experiment,
     utc_now,
 )
@@ -60,7 +66,7 @@ from ragloop.experiments.regression import METRICS, THRESHOLD, Answerer, compare
 from ragloop.experiments.versions import version_config
 
 if TYPE_CHECKING:
-    from ragloop.store import PipelineVersion, Store
+    from ragloop.store import Experiment, PipelineVersion, Store
 
 SOURCE_PREFIX = "remediation:"
 """`created_by` of a machine-made candidate starts with this (then the remediation kind)."""
@@ -77,6 +83,7 @@ class AutoOutcome(StrEnum):
     REFUSED = "refused"
     AWAITING_APPROVAL = "awaiting_approval"
     CONFLICT = "conflict"
+    ENDED = "ended"
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class AutoExperimentSettings:
     primary_metric: str = Metric.TIER1_SCORE.value
     min_effect: float = 0.02
     guardrail_metrics: tuple[str, ...] = (Metric.FAITHFULNESS.value, Metric.LATENCY_P99.value)
+    max_duration_s: float = 7 * 86400.0
+    """A live experiment undecided after this long is stopped (inconclusive) to free the slot; 0: never."""
     require_approval: bool = False
     golden_threshold: float = THRESHOLD
     golden_limit: int = 200
@@ -244,6 +253,30 @@ def _rebase(store: Store, current: PipelineVersion, cand: PipelineVersion) -> Au
     return AutoStep(AutoOutcome.REBASED, cand.version_id, detail=detail | {"rebased_as": row.version_id})
 
 
+def _end_if_decided(
+    store: Store, live: Experiment, settings: AutoExperimentSettings, clock: Clock, actor: str
+) -> AutoStep | None:
+    """End a live experiment the aggregation has decided against (`keep_control`: enough samples and
+    the confidence sequence excludes a gain of min_effect) or that outlived `max_duration_s` without a
+    decision, so the next candidate gets the slot. Audited by `end_experiment`."""
+    from ragloop.experiments.aggregation import Recommendation
+
+    started = live.started_at or live.created_at
+    age = (clock() - (started if started.tzinfo else started.replace(tzinfo=UTC))).total_seconds()
+    if live.recommendation == Recommendation.KEEP_CONTROL:
+        to, reason = ExperimentStatus.REJECTED, "keep control: the treatment's gain is excluded at min_effect"
+    elif settings.max_duration_s and age > settings.max_duration_s:
+        to, reason = ExperimentStatus.STOPPED, f"inconclusive after {age:.0f} s (max {settings.max_duration_s:.0f} s)"
+    else:
+        return None
+    try:
+        end_experiment(store, live.experiment_id, to, actor=actor, reason=reason, clock=clock)
+    except ExperimentConflictError:  # another worker ended (or the aggregation promoted) it first
+        return AutoStep(AutoOutcome.BUSY, live.treatment_version, live.experiment_id)
+    detail = {"status": to.value, "reason": reason}
+    return AutoStep(AutoOutcome.ENDED, live.treatment_version, live.experiment_id, detail)
+
+
 def auto_experiment_step(
     store: Store,
     golden: GoldenCheck,
@@ -256,7 +289,10 @@ def auto_experiment_step(
     settings = settings or AutoExperimentSettings()
     live = running_experiment(store)
     if live is not None:
-        return AutoStep(AutoOutcome.BUSY, live.treatment_version, live.experiment_id)
+        ended = _end_if_decided(store, live, settings, clock, actor)
+        if ended is None:
+            return AutoStep(AutoOutcome.BUSY, live.treatment_version, live.experiment_id)
+        return ended
     current = store.pipelines.current()
     if current is None:
         return AutoStep(AutoOutcome.IDLE, detail={"reason": "no current version"})

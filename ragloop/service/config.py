@@ -102,6 +102,8 @@ class ServiceConfig:
     experiment_min_duration_s: float = 86400.0
     """Seconds (on the loop's clock) before such an experiment may promote."""
     experiment_min_effect: float = 0.02
+    experiment_max_duration_s: float = 7 * 86400.0
+    """An auto-started experiment still undecided after this long is stopped (inconclusive); 0: never."""
     experiment_primary_metric: str = "tier1_score"
     experiment_guardrail_metrics: tuple[str, ...] = ("faithfulness", "latency_p99")
     auto_experiment_requires_approval: bool = False
@@ -154,6 +156,7 @@ class ServiceConfig:
             min_duration_s=self.experiment_min_duration_s,
             primary_metric=self.experiment_primary_metric,
             min_effect=self.experiment_min_effect,
+            max_duration_s=self.experiment_max_duration_s,
             guardrail_metrics=self.experiment_guardrail_metrics,
             require_approval=self.auto_experiment_requires_approval,
         )

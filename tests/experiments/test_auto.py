@@ -262,3 +262,31 @@ def test_an_experiment_can_decide_on_what_users_say(store: Store, clock: FakeClo
     assert results["promotion"]["promoted"] is True
     seq = confidence_sequence(store, eid, "user_rating")
     assert seq.points and (seq.points[-1].n_control, seq.points[-1].n_treatment) == (60, 60)
+
+
+def test_a_losing_or_undecided_experiment_frees_the_slot(store: Store, clock: FakeClock) -> None:
+    current = _current(store)
+    first = _candidate(store, current, {"agent": {"tau_lower": 0.1}})
+    second = _candidate(store, current, {"agent": {"tau_lower": 0.2}})
+    settings = AutoExperimentSettings(traffic_split=0.5, min_sample_size=20, max_duration_s=7200)
+    step = auto_experiment_step(store, _passes, settings=settings, clock=clock)
+    assert step.candidate == first
+    store.experiments.record_results(
+        step.experiment_id or "",
+        status="running",
+        p_value=0.5,
+        control_sample=40,
+        treatment_sample=40,
+        recommendation="keep_control",
+        results={},
+    )
+    ended = auto_experiment_step(store, _passes, settings=settings, clock=clock)
+    assert (ended.outcome, ended.detail["status"]) == (AutoOutcome.ENDED, "rejected")
+    assert store.experiments.get(step.experiment_id or "").status == "rejected"  # type: ignore[union-attr]
+    nxt = auto_experiment_step(store, _passes, settings=settings, clock=clock)
+    assert (nxt.outcome, nxt.candidate) == (AutoOutcome.STARTED, second)
+    assert auto_experiment_step(store, _passes, settings=settings, clock=clock).outcome is AutoOutcome.BUSY
+    clock.now += timedelta(seconds=7201)  # no decision within max_duration_s: inconclusive
+    late = auto_experiment_step(store, _passes, settings=settings, clock=clock)
+    assert (late.outcome, late.detail["status"]) == (AutoOutcome.ENDED, "stopped")
+    assert auto_experiment_step(store, _passes, settings=settings, clock=clock).outcome is AutoOutcome.IDLE

@@ -82,6 +82,7 @@ class ArmConfig:
             "RAGLOOP_EXPERIMENT_TRAFFIC_SPLIT": "0.5",
             "RAGLOOP_EXPERIMENT_MIN_SAMPLE_SIZE": "20",
             "RAGLOOP_EXPERIMENT_MIN_DURATION_S": "86400",
+            "RAGLOOP_EXPERIMENT_MAX_DURATION_S": "259200",
             "RAGLOOP_EXPERIMENT_PRIMARY_METRIC": "user_rating",
         }
 
