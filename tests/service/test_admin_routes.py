@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
+from ragloop.store.models import Answer, Query
 from ragloop.store.vocabulary import Tier
 from tests.service.conftest import CFG, build_app, make_keys, running
 
@@ -171,6 +173,18 @@ async def test_experiment_confidence_sequence(collection: Collection, store: Sto
         assert last["burned_in"] and last["always_valid_lo"] <= last["difference"] <= last["always_valid_hi"]
         # the always-valid interval is wider than Welch's fixed-sample one
         assert last["always_valid_hi"] - last["always_valid_lo"] > last["welch_hi"] - last["welch_lo"]
+        # a user's rating counts from when it was given
+        with store.db.transaction(write=False) as s:
+            served = select(Answer.answer_id).join(Query, Query.query_id == Answer.query_id)
+            answer_ids = list(s.scalars(served.where(Query.experiment_id == eid)))
+        for i, aid in enumerate(answer_ids):
+            body = {"rating": "positive" if i % 3 else "negative"}
+            assert (await c.post(f"/v1/answers/{aid}/feedback", json=body, headers=keys.u)).status_code == 201
+        r = await c.get(f"/v1/admin/experiments/{eid}/sequence?metric=user_rating", headers=keys.a)
+        assert r.status_code == 200, r.text
+        ratings = r.json()
+        assert ratings["metric"] == "user_rating" and ratings["direction"] == "higher_is_better"
+        assert sum(ratings["points"][-1][k] for k in ("n_control", "n_treatment")) == len(answer_ids) == 16
         bad = await c.get(f"/v1/admin/experiments/{eid}/sequence?metric=nope", headers=keys.a)
         assert bad.status_code == 422 and "unknown metric" in bad.text
         missing = await c.get(f"/v1/admin/experiments/{'0' * 32}/sequence", headers=keys.a)

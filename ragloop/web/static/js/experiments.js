@@ -6,7 +6,7 @@ import { chart, extent, fitWidth, fmt, forest, legend, s, scale, ticks, yAxis } 
 import { confirmAction } from "./confirm.js";
 import { $, clear, el, fmtTime } from "./dom.js";
 
-const METRICS = ["tier1_score", "faithfulness", "answer_relevancy", "context_precision", "context_recall", "latency_p99", "refusal_rate"];
+const METRICS = ["tier1_score", "faithfulness", "answer_relevancy", "context_precision", "context_recall", "latency_p99", "refusal_rate", "user_rating"];
 const DEFAULT_GUARDS = ["faithfulness", "latency_p99"];
 let api;
 let openId = null;
