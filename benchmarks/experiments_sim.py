@@ -15,21 +15,36 @@ rows apply the guardrail rule (always-valid p < 0.05 on the harmful side, point 
 of control) to treatments 2% and 5% worse. Rates carry Wilson 95% intervals; decision times are
 medians over the experiments that decided.
 
-Not done here: replaying real score streams (tier-1 scores of two pipeline variants on SQuAD 2.0 /
-MTRAG-UN traffic) needs served traffic with tier-1 scores per variant; it belongs with the
-experiment service and its scenario script.
+Replay of real score streams (`--replay`, on by default when the file exists): the tier-1 scores
+that pipeline variants earned on SQuAD 2.0 dev + MTRAG-UN dev questions (the offline answer graph,
+written by `benchmarks/experiments_scenario.py` into benchmarks/results/experiments_scenario.json)
+are resampled into the same week-long streams (`simulation.simulate_resampled`): each query's
+score is a draw from its arm's real pool, with its refusals at 0, skew and ties. False promotions
+when both arms serve the same pipeline (the default against itself, and against a no-op copy of
+itself with another config hash) and power when they differ (dense-only top-k 2 as control, the
+default hybrid as treatment); the mixture is tuned to the pools' pooled sd.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 
+import numpy as np
 from _common import machine, print_table, timed, write_results
 
-from ragloop.experiments.simulation import Rule, ScenarioResult, SimulationPlan, run_scenario
+from ragloop.experiments.simulation import Rule, ScenarioResult, SimulationPlan, replay_plan, run_scenario
+
+REPLAY = Path(__file__).resolve().parent / "results" / "experiments_scenario.json"
+REPLAY_PAIRS = (
+    ("hybrid", "hybrid", "same pipeline in both arms"),
+    ("hybrid", "hybrid_noop", "no-op copy (another hash, same answers)"),
+    ("dense_k2", "hybrid", "dense-only top-k 2 vs default hybrid"),
+)
 
 PROMOTION_RULES = (
     Rule.ALWAYS_VALID,
@@ -114,6 +129,60 @@ def _level(traffic: float, experiments: int, days: float, seed: int) -> tuple[li
     return md, rows_json
 
 
+def _replay(path: Path, traffic: list[float], experiments: int, days: float, seed: int) -> tuple[list[str], list[dict]]:
+    """Real tier-1 score pools resampled into the simulator's streams: the promotion rule's
+    false-promotion rate (same variant) and power (different variants)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    pools = {k: np.asarray(v["tier1"], dtype=np.float64) for k, v in data["score_pools"].items()}
+    md = [
+        f"## Replay of real tier-1 score streams ({path.name}: offline answer graph on "
+        f"{data['args']['squad']} SQuAD 2.0 dev + {data['args']['mtrag']} MTRAG-UN dev questions)\n",
+        "Pools: "
+        + ", ".join(f"{k} n={v.size} mean {v.mean():.4f} sd {v.std(ddof=1):.4f}" for k, v in pools.items())
+        + ".\n",
+    ]
+    rows: list[list[object]] = []
+    out: list[dict] = []
+    for level, q in enumerate(traffic):
+        for i, (c, t, label) in enumerate(REPLAY_PAIRS):
+            if c not in pools or t not in pools:
+                continue
+            plan = replay_plan(pools[c], pools[t], queries_per_day=q, days=days)
+            delta = float(pools[t].mean() - pools[c].mean())
+            with timed() as tm:
+                r = run_scenario(
+                    plan, delta, experiments, seed=seed + 1000 + 10 * level + i, pools=(pools[c], pools[t])
+                )
+            print(f"replay {q:.0f}/day {c} -> {t}: {tm.seconds:.1f} s", flush=True)
+            rows.append(
+                [
+                    f"{q:,.0f}",
+                    f"{c} → {t}",
+                    label,
+                    f"{delta:+.4f}",
+                    _rate(r, Rule.ALWAYS_VALID),
+                    _hours(r, Rule.ALWAYS_VALID),
+                    _rate(r, Rule.WELCH_EVERY_LOOK),
+                    _rate(r, Rule.CS_MISS),
+                ]
+            )
+            out.append(
+                {
+                    "queries_per_day": q,
+                    "control": c,
+                    "treatment": t,
+                    "delta": delta,
+                    "sd": plan.sd,
+                    "experiments": experiments,
+                    "outcomes": {k.value: o.to_json() for k, o in r.outcomes.items()},
+                }
+            )
+    head = ["queries/day", "control → treatment", "", "true Δ", "promoted (ours) [95% CI]", "median h",
+            "naive Welch every look", "CS missed true Δ"]  # fmt: skip
+    md.append(print_table("Real score streams, 5% to treatment, 7 days, a look every 5 min", head, rows))
+    return md, out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--traffic", type=float, nargs="+", default=[2000.0, 20000.0], help="queries per day")
@@ -123,6 +192,8 @@ def main() -> None:
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--name", default="experiments_sim", help="results file stem")
+    ap.add_argument("--replay", type=Path, default=REPLAY, help="score pools (experiments_scenario.json)")
+    ap.add_argument("--replay-experiments", type=int, default=1000)
     args = ap.parse_args()
     counts = args.experiments + [args.experiments[-1]] * (len(args.traffic) - len(args.experiments))
 
@@ -136,6 +207,12 @@ def main() -> None:
         tables, rows = _level(traffic, experiments, args.days, args.seed + 100 * level)
         md += tables
         scenarios += rows
+    replay: list[dict] = []
+    if args.replay and args.replay.exists():
+        tables, replay = _replay(args.replay, args.traffic, args.replay_experiments, args.days, args.seed)
+        md += tables
+    else:
+        md.append(f"No replay: {args.replay} does not exist (run benchmarks/experiments_scenario.py first).\n")
     wall = round(time.time() - started, 1)
     md.append(f"Wall time {wall} s on {machine()['cpus']} CPUs (load average {machine()['load_average_1_5_15']}).\n")
     payload: dict[str, object] = {
@@ -146,7 +223,7 @@ def main() -> None:
         "scenarios": scenarios,
         "wall_seconds": wall,
         "machine": machine(),
-        "not_done": "replay of real tier-1 score streams: needs served traffic per variant",
+        "replay": replay,
     }
     write_results(args.name, payload, "\n".join(md))
 
