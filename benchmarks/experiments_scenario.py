@@ -182,9 +182,9 @@ def scenario_experiment(
         first_significant: float | None = None
         hours = int(args.days * 24)
         served = {"control": 0, "treatment": 0}
-        for hour in range(hours):
-            rate = args.traffic / 24.0 * (1.0 + 0.5 * math.sin(2 * math.pi * (hour + 0.5) / 24.0))
-            for _ in range(int(rng.poisson(rate))):
+
+        def serve_hour(count: int) -> None:
+            for _ in range(count):
                 session = f"s{int(rng.integers(args.sessions))}"
                 a = assigner.assign(eid, session, args.split, status)
                 i = int(rng.integers(len(c_pool)))
@@ -201,6 +201,11 @@ def scenario_experiment(
                 )
                 store.evaluations.add(ans.answer_id, "heuristic", heuristic_score=s.tier1)
                 served[a.variant.value] += 1
+
+        for hour in range(hours):
+            rate = args.traffic / 24.0 * (1.0 + 0.5 * math.sin(2 * math.pi * (hour + 0.5) / 24.0))
+            with store.db.transaction():  # the hour's queries in one commit: the store's write path, batched
+                serve_hour(int(rng.poisson(rate)))
             clock.advance(3600)
             res = aggregate(store, eid, clock, smoke_test=smoke, actor="aggregator")
             p = res["p_value"]
@@ -282,10 +287,13 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=3000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--suites", default="squad,mtrag", help="which samples serve the traffic")
     args = ap.parse_args()
     started = time.perf_counter()
     print("answers (cached under benchmarks/.home/experiments_scenario):", flush=True)
-    answers = answer_all(args.squad, args.mtrag, seed=args.seed, workers=args.workers)
+    answers = answer_all(
+        args.squad, args.mtrag, seed=args.seed, workers=args.workers, only=tuple(args.suites.split(","))
+    )
     settings = Settings(home=HOME)
     collection = suites(args.squad, 1, args.seed)["squad"][0].collection_name
     golden = squad_golden_lines(args.golden, args.seed + 1)
@@ -304,10 +312,13 @@ def main() -> None:
             ("hybrid", answers["hybrid"]), ("hybrid_noop", answers["hybrid_noop"]), args,
         )  # fmt: skip
     wall = round(time.perf_counter() - started, 1)
+    used = args.suites.split(",")
+    parts = (("squad", f"{args.squad} SQuAD 2.0 dev"), ("mtrag", f"{args.mtrag} MTRAG-UN dev"))
+    samples = " + ".join(label for key, label in parts if key in used) + " questions"
     md = [
         "# Experiments and regression scenario (issue 13's proof)\n",
         f"Command: `{' '.join(['nice -n 10 .venv/bin/python benchmarks/experiments_scenario.py', *sys.argv[1:]])}`\n",
-        f"Real answers: offline answer graph on {args.squad} SQuAD 2.0 dev + {args.mtrag} MTRAG-UN dev questions "
+        f"Real answers: offline answer graph on {samples} "
         f"(seed {args.seed}), tier-1 scored; {args.traffic:g} queries/simulated day, {args.split:.0%} to treatment, "
         f"min {args.min_samples} per arm, 24 h minimum, min effect 0.02, guardrail refusal_rate, one look an hour.\n",
     ]

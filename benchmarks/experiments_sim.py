@@ -136,7 +136,8 @@ def _replay(path: Path, traffic: list[float], experiments: int, days: float, see
     pools = {k: np.asarray(v["tier1"], dtype=np.float64) for k, v in data["score_pools"].items()}
     md = [
         f"## Replay of real tier-1 score streams ({path.name}: offline answer graph on "
-        f"{data['args']['squad']} SQuAD 2.0 dev + {data['args']['mtrag']} MTRAG-UN dev questions)\n",
+        f"the {data['args'].get('suites', 'squad,mtrag')} samples of {data['args']['squad']} SQuAD 2.0 dev / "
+        f"{data['args']['mtrag']} MTRAG-UN dev questions)\n",
         "Pools: "
         + ", ".join(f"{k} n={v.size} mean {v.mean():.4f} sd {v.std(ddof=1):.4f}" for k, v in pools.items())
         + ".\n",

@@ -106,14 +106,20 @@ def suites(n_squad: int, n_mtrag: int, seed: int) -> dict[str, tuple[Suite, list
 
 
 def answer_all(
-    n_squad: int, n_mtrag: int, seed: int = 13, workers: int = 2, variants: dict[str, PipelineConfig] | None = None
+    n_squad: int,
+    n_mtrag: int,
+    seed: int = 13,
+    workers: int = 2,
+    variants: dict[str, PipelineConfig] | None = None,
+    only: tuple[str, ...] = ("squad", "mtrag"),
 ) -> dict[str, list[Served]]:
-    """variant name -> its answers (both suites), computed once and cached."""
+    """variant name -> its answers (the suites in `only`), computed once and cached."""
     settings = Settings(home=HOME)
     out: dict[str, list[Served]] = {}
+    chosen = {k: v for k, v in suites(n_squad, n_mtrag, seed).items() if k in only}
     for name, cfg in (variants or VARIANTS).items():
         served: list[Served] = []
-        for sname, (suite, items) in suites(n_squad, n_mtrag, seed).items():
+        for sname, (suite, items) in chosen.items():
             run_dir = HOME / sname / f"{name}_{cfg.version_id}"
             t0 = time.perf_counter()
             res = run_suite(suite, name, cfg, run_dir, settings=settings, items=items, workers=workers, judge=None)
@@ -163,7 +169,8 @@ if __name__ == "__main__":
     ap.add_argument("--squad", type=int, default=120)
     ap.add_argument("--mtrag", type=int, default=80)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--suites", default="squad,mtrag")
     a = ap.parse_args()
-    res = answer_all(a.squad, a.mtrag, workers=a.workers)
+    res = answer_all(a.squad, a.mtrag, workers=a.workers, only=tuple(a.suites.split(",")))
     for k, v in res.items():
         print(k, len(v), round(sum(s.tier1 for s in v) / max(1, len(v)), 4))
