@@ -180,6 +180,18 @@ def test_a_candidate_enters_only_by_approval_and_only_once(store: Store) -> None
     assert store.golden.golden_set_version() == 2  # the refused second approval added nothing
 
 
+def test_approving_a_question_already_in_the_set_is_a_conflict(store: Store) -> None:
+    (cand,) = store.golden_candidates.propose([_proposal("Who signs?")])
+    store.golden.add_golden_entry("who  signs?", "The CFO", source="human", created_by="alice")  # added meanwhile
+    with pytest.raises(StoreConflictError, match="already in the golden set"):
+        store.golden_candidates.approve(cand.candidate_id, reviewer="rev", held_out=False)
+    assert store.golden_candidates.count() == 1 and len(store.golden.current_golden_set()) == 1
+    got = store.golden_candidates.approve(
+        cand.candidate_id, reviewer="rev", question="Who signs the budget?", held_out=False
+    )
+    assert got[1].question == "Who signs the budget?"  # a reworded question is a new entry
+
+
 def test_reject_and_the_queue_by_status(store: Store) -> None:
     a, _b = store.golden_candidates.propose([_proposal("A?"), _proposal("B?")])
     store.golden_candidates.reject(a.candidate_id, reviewer="rev", note="too vague")

@@ -21,7 +21,8 @@ from ragloop.store.models import GoldenSetEntry, new_id, utcnow
 from ragloop.store.repositories._base import NotFoundError, StoreConflictError, _serialize
 from ragloop.store.vocabulary import GoldenChange, GoldenDifficulty, GoldenSource
 
-_LOCK = "golden_set_versions"
+GOLDEN_LOCK = "golden_set_versions"
+"""The advisory lock every golden-set writer holds (PostgreSQL; SQLite writers hold the write lock)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class GoldenSet:
 
     def _begin_change(self, s: Session, kind: GoldenChange, actor: str, note: str | None = None) -> GoldenSetVersion:
         """Take the next version number (inside the caller's write transaction, under the lock)."""
-        _serialize(s, _LOCK)
+        _serialize(s, GOLDEN_LOCK)
         head = s.scalar(select(func.max(GoldenSetVersion.version))) or 0
         change = GoldenSetVersion(version=head + 1, kind=kind, actor=actor, note=note, added=[], deprecated=[])
         s.add(change)

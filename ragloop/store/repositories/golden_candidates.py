@@ -21,8 +21,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from ragloop.store.db import Database
 from ragloop.store.golden_models import GoldenCandidate
 from ragloop.store.models import Answer, Evaluation, GoldenSetEntry, Query, UserFeedback, new_id, utcnow
-from ragloop.store.repositories._base import NotFoundError, StoreConflictError
-from ragloop.store.repositories.golden import GoldenSet, NewEntry
+from ragloop.store.repositories._base import NotFoundError, StoreConflictError, _serialize
+from ragloop.store.repositories.golden import GOLDEN_LOCK, GoldenSet, NewEntry
 from ragloop.store.repositories.queries import question_hash
 from ragloop.store.vocabulary import MACHINE_SOURCES, CandidateStatus, EvaluationStatus, GoldenChange, Tier
 
@@ -161,13 +161,18 @@ class GoldenCandidates:
             cand = s.get(GoldenCandidate, candidate_id)
             if cand is None:
                 raise NotFoundError(f"no golden candidate {candidate_id!r}")
+            _serialize(s, GOLDEN_LOCK)  # the set's writers wait: the live check below stays true until commit
+            final_q = (question or cand.question).strip()
+            live = s.scalars(select(GoldenSetEntry.question).where(GoldenSetEntry.deprecated_at.is_(None)))
+            if cand.status == CandidateStatus.PENDING and question_hash(final_q) in {question_hash(q) for q in live}:
+                raise StoreConflictError(f"{final_q!r} is already in the golden set: reject this candidate instead")
             answer = cand.proposed_answer if expected_answer is None else expected_answer
             edited = expected_answer is not None and expected_answer.strip() != cand.proposed_answer.strip()
             self._decide(candidate_id, CandidateStatus.APPROVED, reviewer, note, answer_edited=edited)
             entry = self.golden.add_golden_entries(
                 [
                     NewEntry(
-                        question=(question or cand.question).strip(),
+                        question=final_q,
                         expected_answer=answer,
                         source=cand.source,
                         required_chunk_ids=tuple(cand.required_chunk_ids or ()),
