@@ -1,6 +1,7 @@
 """Prompt candidates: the variants' trial on the working golden set (paired faithfulness gain above
 2 points with its interval above 0, answer F1 not dropping) and the action that turns accumulated
-generation failures into a candidate pipeline version, never the serving one."""
+generation failures into a candidate pipeline version, never the serving one. On SQLite and
+PostgreSQL (the `store` fixture of tests/improve/conftest.py)."""
 
 from __future__ import annotations
 
@@ -32,13 +33,6 @@ def coll(tmp_path: Path) -> Iterator[Collection]:
     c = make_collection("kb", DOCS, tmp_path / "docs")
     yield c
     c.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
-    yield s
-    s.close()
 
 
 def golden(store: Store, n: int, *, held_out: bool = False) -> list[GoldenSetEntry]:
