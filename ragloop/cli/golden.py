@@ -2,7 +2,7 @@
 its versions, and its review queue. The twins of `/v1/golden…`.
 
 ragloop golden import FILE | export FILE [--version N] | list [--version N] | add Q --answer A
-ragloop golden deprecate ID | versions | diff A [B] | summary [--version N] [--target-mix M]
+ragloop golden revise ID [--answer A] | deprecate ID | versions | diff A [B] | summary [--version N] [--target-mix M]
 ragloop golden review list|approve ID [--answer A]|reject ID     ragloop golden nominate
 ragloop golden coverage [-c NAME] [--days D] [--radius R] | generate [-c NAME] [--max N]
 """
@@ -137,6 +137,31 @@ def golden_add(
             "golden_add", triggered_by="ragloop golden add", actor=ACTOR, evidence={"entry_id": row.entry_id}
         )
     _emit(entry_json(row), json_, f"added {row.entry_id} (version {row.added_in}){' held out' if row.held_out else ''}")
+
+
+@golden_app.command("revise")
+def golden_revise(
+    entry_id: str,
+    question: Annotated[str | None, typer.Option("--question")] = None,
+    answer: Annotated[str | None, typer.Option("--answer", help="The new expected answer.")] = None,
+    difficulty: Annotated[str | None, typer.Option("--difficulty", help="easy | standard | hard")] = None,
+    doc: Annotated[list[str] | None, typer.Option("--doc", help="Required document ids (replace all).")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="Domain tags (replace all).")] = None,
+    note: Annotated[str | None, typer.Option("--note")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """The entry's next version (the live one only); what is not given is copied."""
+    from ragloop.experiments.golden import entry_json, revise
+
+    changes: dict[str, Any] = {"question": question, "expected_answer": answer, "difficulty": difficulty}
+    changes |= {"required_doc_ids": doc, "domain_tags": tag}
+    if all(v is None for v in changes.values()):
+        fail("give at least one of --question, --answer, --difficulty, --doc, --tag")
+    with _store() as store:
+        row = _guard(lambda: revise(store, entry_id, actor=ACTOR, note=note, **changes))
+        evidence = {"entry_id": entry_id, "new_entry_id": row.entry_id}
+        store.audit.record("golden_revise", triggered_by="ragloop golden revise", actor=ACTOR, evidence=evidence)
+    _emit(entry_json(row), json_, f"revised {entry_id} → {row.entry_id} (version {row.added_in})")
 
 
 @golden_app.command("deprecate")

@@ -242,3 +242,20 @@ def entry_json(e: GoldenSetEntry) -> dict[str, Any]:
         "deprecated_in": e.deprecated_in,
         "superseded_by": e.superseded_by,
     }
+
+
+def revise(store: Store, entry_id: str, *, actor: str, note: str | None = None, **changes: Any) -> GoldenSetEntry:
+    """A person's revision of a live entry: the next version of its lineage, approved by `actor`
+    (a human edit is its own approval). Held out is re-decided by the stable hash of the question."""
+    from ragloop.store import utcnow
+
+    current = store.golden.get(entry_id)
+    question = changes.get("question") or (current.question if current is not None else "")
+    return store.golden.revise_golden_entry(
+        entry_id,
+        created_by=actor,
+        held_out=is_held_out(question) if current is not None else None,
+        approved_at=utcnow(),
+        note=note,
+        **{k: v for k, v in changes.items() if v is not None},
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ragloop.service.schemas import COLLECTION_PATTERN, RequestModel
 
@@ -133,6 +133,24 @@ class GoldenApprove(RequestModel):
 
 class GoldenReject(RequestModel):
     note: str | None = Field(default=None, max_length=2000)
+
+
+class GoldenRevise(RequestModel):
+    """The fields to change (at least one); the rest are copied from the current version."""
+
+    question: str | None = Field(default=None, min_length=1, max_length=4000)
+    expected_answer: str | None = Field(default=None, max_length=20000)
+    required_doc_ids: list[str] | None = None
+    required_chunk_ids: list[str] | None = None
+    difficulty: Literal["easy", "standard", "hard"] | None = None
+    domain_tags: list[str] | None = None
+    note: str | None = Field(default=None, max_length=2000)
+
+    @model_validator(mode="after")
+    def _something(self) -> GoldenRevise:
+        if all(getattr(self, f) is None for f in type(self).model_fields if f != "note"):
+            raise ValueError("a revision changes at least one field")
+        return self
 
 
 class GoldenDeprecate(RequestModel):

@@ -19,6 +19,7 @@ ROUTES = [
     ("GET", "/v1/golden", None),
     ("POST", "/v1/golden", {"question": "q?", "expected_answer": "a"}),
     ("POST", "/v1/golden/0123/deprecate", None),
+    ("POST", "/v1/golden/0123/revise", {"expected_answer": "b"}),
     ("GET", "/v1/golden/versions", None),
     ("GET", "/v1/golden/diff?from_version=0", None),
     ("GET", "/v1/golden/summary", None),
@@ -62,18 +63,29 @@ async def test_versions_diff_and_summary(collection: Collection, any_store: Stor
         assert (await c.post(f"/v1/golden/{ids[0]}/deprecate", headers=keys.a)).status_code == 409
         assert (await c.post(f"/v1/golden/{'f' * 32}/deprecate", headers=keys.a)).status_code == 404
 
-        now = (await c.get("/v1/golden", headers=keys.a)).json()
+        r = await c.post(f"/v1/golden/{ids[1]}/revise", json={"expected_answer": "the Tide Company"}, headers=keys.a)
+        assert r.status_code == 200, r.text
+        rev = r.json()
+        assert (rev["lineage_id"], rev["version"], rev["added_in"]) == (ids[1], 2, 5) and rev["approved_at"]
+        assert (await c.post(f"/v1/golden/{ids[1]}/revise", json={"note": "x"}, headers=keys.a)).status_code == 422
+        assert (
+            await c.post(f"/v1/golden/{ids[1]}/revise", json={"difficulty": "easy"}, headers=keys.a)
+        ).status_code == 409
+        changed = (await c.get("/v1/golden/diff?from_version=4&to_version=5", headers=keys.a)).json()["changed"]
+        assert [(x["lineage_id"], x["fields"]) for x in changed] == [(ids[1], ["expected_answer"])]
+
+        now = (await c.get("/v1/golden?version=4", headers=keys.a)).json()
         assert now["golden_set_version"] == 4 and now["count"] == 2
         past = (await c.get("/v1/golden?version=3", headers=keys.a)).json()
         assert past["golden_set_version"] == 3 and past["count"] == 3
         assert (await c.get("/v1/golden?version=99", headers=keys.a)).status_code == 404
 
         versions = (await c.get("/v1/golden/versions", headers=keys.a)).json()
-        assert [v["version"] for v in versions["versions"]] == [4, 3, 2, 1]
-        assert versions["versions"][0] == versions["versions"][0] | {"kind": "deprecate", "note": "duplicate"}
-        assert versions["versions"][0]["actor"].startswith("key:")
+        assert [v["version"] for v in versions["versions"]] == [5, 4, 3, 2, 1]
+        assert versions["versions"][1] == versions["versions"][1] | {"kind": "deprecate", "note": "duplicate"}
+        assert versions["versions"][0]["kind"] == "revise" and versions["versions"][0]["actor"].startswith("key:")
 
-        diff = (await c.get("/v1/golden/diff?from_version=1", headers=keys.a)).json()
+        diff = (await c.get("/v1/golden/diff?from_version=1&to_version=4", headers=keys.a)).json()
         assert (diff["from_version"], diff["to_version"]) == (1, 4)
         assert [e["question"] for e in diff["added"]] == ["Who runs the ferry?", "Tram colour?"]
         assert [e["question"] for e in diff["deprecated"]] == ["How long is the bridge?"]

@@ -50,12 +50,18 @@ def test_entries_versions_diff_and_summary(tmp_path: Path, ragloop_home: Path) -
     assert gone["deprecated_in"] == 3
     assert "already deprecated" in cli("golden", "deprecate", listed[0]["entry_id"], code=2)
     assert len(cli("golden", "list", "--version", "1")) == 3
+    rev = cli("golden", "revise", added["entry_id"], "--answer", "80 metres", "--note", "units")
+    assert rev["lineage_id"] == added["entry_id"] and rev["version"] == 2 and rev["added_in"] == 4
+    assert "at least one" in cli("golden", "revise", rev["entry_id"], code=2)
+    assert "superseded" in cli("golden", "revise", added["entry_id"], "--answer", "x", code=2)
 
     versions = cli("golden", "versions")
-    assert versions["golden_set_version"] == 3
-    assert [(v["version"], v["kind"]) for v in versions["versions"]] == [(3, "deprecate"), (2, "add"), (1, "import")]
+    assert versions["golden_set_version"] == 4
+    kinds = [(v["version"], v["kind"]) for v in versions["versions"]]
+    assert kinds == [(4, "revise"), (3, "deprecate"), (2, "add"), (1, "import")]
     d = cli("golden", "diff", "1")
     assert [e["question"] for e in d["added"]] == ["How tall is the tower?"]
+    assert cli("golden", "diff", "2", "4")["changed"][0]["fields"] == ["expected_answer"]
     assert [e["question"] for e in d["deprecated"]] == ["When was the Zorblat Bridge completed?"]
     assert "no golden-set version 9" in cli("golden", "diff", "1", "9", code=2)
 

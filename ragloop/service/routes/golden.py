@@ -1,4 +1,4 @@
-"""The golden set (admin): list (now or at any version), add, deprecate, versions, diff, summary.
+"""The golden set (admin): list (now or at any version), add, revise, deprecate, versions, diff, summary.
 The database is the one golden set; JSONL is only import/export (`ragloop golden import|export`).
 The review queue, nomination, coverage and generation are `routes/golden_review.py`."""
 
@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Query
 
-from ragloop.experiments.golden import GoldenLine, add_entry, entry_json
+from ragloop.experiments.golden import GoldenLine, add_entry, entry_json, revise
 from ragloop.experiments.golden_versions import diff_versions, summary, target_mix
 from ragloop.service.deps import AdminDep, ServiceDep
 from ragloop.service.experiment_schemas import GoldenEntryCreate
@@ -16,6 +16,7 @@ from ragloop.service.golden_schemas import (
     GoldenDeprecate,
     GoldenDiffPublic,
     GoldenEntryPublic,
+    GoldenRevise,
     GoldenSetPublic,
     GoldenSummaryPublic,
     GoldenVersionPublic,
@@ -91,6 +92,31 @@ def deprecate_golden(
         triggered_by="POST /v1/golden/{id}/deprecate",
         actor=actor,
         evidence={"entry_id": entry_id, "note": note, "golden_set_version": row.deprecated_in},
+    )
+    return GoldenEntryPublic(**entry_json(row))
+
+
+@router.post(
+    "/v1/golden/{entry_id}/revise",
+    responses=ERRORS | NOT_FOUND | {409: {"description": "Not the live version."}},
+    summary="Revise an entry: its next version (admin)",
+)
+def revise_golden(entry_id: str, body: GoldenRevise, svc: ServiceDep, admin: AdminDep) -> GoldenEntryPublic:
+    """Inserts the next version of the entry's lineage and deprecates this one, as one golden-set
+    version (a diff shows it as changed). Only the live version can be revised."""
+    actor = f"key:{admin.key_id}"
+    changes = body.model_dump(exclude={"note"})
+    try:
+        row = revise(svc.store, entry_id, actor=actor, note=body.note, **changes)
+    except NotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
+    except StoreConflictError as exc:
+        raise HTTPException(409, str(exc)) from None
+    svc.store.audit.record(
+        "golden_revise",
+        triggered_by="POST /v1/golden/{id}/revise",
+        actor=actor,
+        evidence={"entry_id": entry_id, "new_entry_id": row.entry_id, "golden_set_version": row.added_in},
     )
     return GoldenEntryPublic(**entry_json(row))
 
