@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/experiments_sim.py                      # ~5 min on 2 busy cores
     .venv/bin/python benchmarks/experiments_sim.py --traffic 2000 --experiments 300   # quick look
+    .venv/bin/python benchmarks/experiments_sim.py --replay-only    # real score streams only (~3 min)
 
 Each simulated experiment is 7 days of traffic looked at after every 5-minute aggregation (2,016
 looks), 5% of queries to treatment, Beta-distributed scores (sd 0.2) around a control mean of 0.7
@@ -22,7 +23,8 @@ are resampled into the same week-long streams (`simulation.simulate_resampled`):
 score is a draw from its arm's real pool, with its refusals at 0, skew and ties. False promotions
 when both arms serve the same pipeline (the default against itself, and against a no-op copy of
 itself with another config hash) and power when they differ (dense-only top-k 2 as control, the
-default hybrid as treatment); the mixture is tuned to the pools' pooled sd.
+default hybrid as treatment); the mixture is tuned to the pools' pooled sd. With `--replay-only`
+the replay alone is written to benchmarks/results/experiments_sim_replay.{md,json}.
 """
 
 from __future__ import annotations
@@ -194,7 +196,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--name", default="experiments_sim", help="results file stem")
     ap.add_argument("--replay", type=Path, default=REPLAY, help="score pools (experiments_scenario.json)")
-    ap.add_argument("--replay-experiments", type=int, default=1000)
+    ap.add_argument("--replay-experiments", type=int, default=2000)
+    ap.add_argument("--replay-traffic", type=float, nargs="+", default=[2000.0], help="queries per day (replay)")
+    ap.add_argument("--replay-only", action="store_true", help="only the replay, into <name>_replay.{md,json}")
     args = ap.parse_args()
     counts = args.experiments + [args.experiments[-1]] * (len(args.traffic) - len(args.experiments))
 
@@ -205,12 +209,14 @@ def main() -> None:
         f"Command: `{' '.join(['.venv/bin/python benchmarks/experiments_sim.py', *sys.argv[1:]])}`\n",
     ]
     for level, (traffic, experiments) in enumerate(zip(args.traffic, counts, strict=False)):
+        if args.replay_only:
+            break
         tables, rows = _level(traffic, experiments, args.days, args.seed + 100 * level)
         md += tables
         scenarios += rows
     replay: list[dict] = []
     if args.replay and args.replay.exists():
-        tables, replay = _replay(args.replay, args.traffic, args.replay_experiments, args.days, args.seed)
+        tables, replay = _replay(args.replay, args.replay_traffic, args.replay_experiments, args.days, args.seed)
         md += tables
     else:
         md.append(f"No replay: {args.replay} does not exist (run benchmarks/experiments_scenario.py first).\n")
@@ -226,7 +232,7 @@ def main() -> None:
         "machine": machine(),
         "replay": replay,
     }
-    write_results(args.name, payload, "\n".join(md))
+    write_results(args.name + ("_replay" if args.replay_only else ""), payload, "\n".join(md))
 
 
 if __name__ == "__main__":
