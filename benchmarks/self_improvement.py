@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from _common import BENCH_HOME, RESULTS_DIR, machine
@@ -32,7 +33,10 @@ def main() -> None:
     ap.add_argument("--mtrag", type=Path, default=None, help="MTRAG-UN JSONL (default: the shared dev set)")
     ap.add_argument("--days", type=int, default=7)
     ap.add_argument("--day-minutes", type=float, default=2.0)
-    ap.add_argument("--traffic-per-day", type=int, default=100, help="graded turns a simulated day")
+    ap.add_argument("--traffic-per-day", type=int, default=80, help="graded SQuAD turns a simulated day")
+    ap.add_argument(
+        "--mtrag-traffic-per-day", type=int, default=40, help="graded MTRAG conversations a day (~4.3 turns each)"
+    )
     ap.add_argument("--heldout", type=int, default=150, help="held-out items measured (fixed sample)")
     ap.add_argument("--golden", type=int, default=40)
     ap.add_argument("--workers", type=int, default=1)
@@ -54,6 +58,7 @@ def main() -> None:
     )
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     arms = full_arms(base, datasets, {"squad": args.squad, "mtrag": args.mtrag})
+    arms = [replace(a, traffic_per_day=args.mtrag_traffic_per_day) if a.dataset == "mtrag" else a for a in arms]
     if args.only:
         keep = {x.strip() for x in args.only.split(",")}
         arms = [a for a in arms if a.label in keep]

@@ -58,6 +58,9 @@ def simulate(
         int | None, typer.Option("--parallel", min=1, max=6, help="Arms at once (default: 2 with --quick, else 1).")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write Markdown + JSON + charts here.")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Result file stem (default: quick / self_improvement).")
+    ] = None,
     work: Annotated[Path | None, typer.Option("--work", help="Keep homes, logs and records here.")] = None,
     json_: JsonOpt = False,
 ) -> None:
@@ -102,7 +105,14 @@ def simulate(
         arms = [_on_postgres(a, i) for i, a in enumerate(arms)]
     command = "ragloop " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = {"command": command, "backend": "postgres" if postgres else "sqlite"}
-    plan = Plan(arms, work=work, out_dir=out, meta=meta, parallel=parallel or (2 if quick else 1))
+    plan = Plan(
+        arms,
+        work=work,
+        out_dir=out,
+        name=name or ("quick" if quick else "self_improvement"),
+        meta=meta,
+        parallel=parallel or (2 if quick else 1),
+    )
     say = (lambda _m: None) if json_ else (lambda m: console.print(m, highlight=False, markup=False))
     try:
         from ragloop.improve.simulation.plan import simulate as run

@@ -62,6 +62,7 @@ class Measurement:
             "wall_s": round(self.wall_s, 1),
             "cpu_s": round(self.cpu_s, 1),
             "metrics": {k: self.metrics[k].to_json() for k, _ in HEADLINE if k in self.metrics},
+            "failures_by_label": dict(self.run.failure_counts),
         }
 
 

@@ -320,6 +320,8 @@ def _collect(result: ArmResult, store: Store) -> None:
         model_calls=sum(u.calls for u in usage),
         model_calls_by_model={u.model: u.calls for u in usage},
         improvement_actions=store.improvement_actions.counts(),
+        diagnoses=store.diagnoses.counts(),
+        failure_modes=store.diagnoses.mode_counts(),
     )
 
 
