@@ -116,7 +116,9 @@ def prepare_home(data: SimData, config: PipelineConfig, base: Path) -> Path:
     if not (home / ".ready").exists():
         from ragloop.retrieval.collection import Collection
 
-        shutil.rmtree(home, ignore_errors=True)
+        # a half-built home from an interrupted run: its collection goes, its embedding cache (content
+        # addressed, so never wrong) stays
+        shutil.rmtree(home / "collections", ignore_errors=True)
         # another chunking of the same corpus: its embedding cache (by content hash) saves re-embedding
         # every passage sentence, which does not depend on the chunking
         for other in sorted((base / "prepared").glob(f"{data.name}-{data.dataset.name}-c*/.ready")):
