@@ -71,7 +71,7 @@ def main() -> None:
     work = BENCH_HOME / "self_improvement"
     plan = Plan(arms, work=work, out_dir=RESULTS_DIR / "self_improvement", name=args.name, meta=meta)
     plan.parallel = args.parallel
-    result = simulate(plan, log=lambda m: print(m, flush=True))
+    result = simulate(plan)
     print(result["outcomes"], flush=True)
     for f in result["files"]:
         print(f"wrote {f}", flush=True)

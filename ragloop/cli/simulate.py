@@ -113,11 +113,11 @@ def simulate(
         meta=meta,
         parallel=parallel or (2 if quick else 1),
     )
-    say = (lambda _m: None) if json_ else (lambda m: console.print(m, highlight=False, markup=False))
     try:
+        from ragloop.improve.simulation.plan import quiet, say
         from ragloop.improve.simulation.plan import simulate as run
 
-        result = run(plan, log=say)
+        result = run(plan, log=quiet if json_ else say)
     except Exception as exc:
         fail(f"simulation failed: {type(exc).__name__}: {str(exc)[:500]}", code=1)
     if json_:

@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import resource
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -71,16 +72,34 @@ def single_arm(base: ArmConfig) -> list[ArmConfig]:
     return [replace(base, label=f"{base.dataset}-{base.start}{flip}")]
 
 
-def simulate(plan: Plan, *, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run every arm in order; the outcomes, cost, and (with `out_dir`) the result files."""
+def _run_arm(args: tuple[ArmConfig, Path, Callable[[str], None]]) -> ArmResult:
+    arm, work, log = args
+    return run_arm(arm, work, log=log)
+
+
+def quiet(_message: str) -> None:
+    """A log that says nothing (module-level, so an arm in another process can be handed it)."""
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def simulate(plan: Plan, *, log: Callable[[str], None] = say) -> dict[str, Any]:
+    """Run every arm (`parallel` at once, each in its own process); the outcomes, cost, and (with
+    `out_dir`) the result files. `log` must be a module-level function when arms run in parallel."""
     t0 = time.perf_counter()
     c0 = _cpu()
     work = plan.work or Path(tempfile.mkdtemp(prefix="ragloop-sim-"))
     try:
         for arm in plan.arms:  # each collection is ingested once, before any arm starts
             prepare_home(load_data(arm), start_config(arm.start), work)
-        with ThreadPoolExecutor(max_workers=max(1, plan.parallel)) as pool:
-            arms = list(pool.map(lambda a: run_arm(a, work, log=log), plan.arms))
+        if plan.parallel <= 1:
+            arms = [run_arm(a, work, log=log) for a in plan.arms]
+        else:  # a process per arm: each measures in-process, and one interpreter lock would serialise them
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=plan.parallel, mp_context=ctx) as pool:
+                arms = list(pool.map(_run_arm, [(a, work, log) for a in plan.arms]))
         result = outcomes(arms)
         wall, cpu = time.perf_counter() - t0, _cpu() - c0
         answers = sum(int(a.cost.get("answers") or 0) for a in arms)
