@@ -44,6 +44,13 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated arm labels to run (default: all)")
     ap.add_argument("--name", default="self_improvement")
     ap.add_argument("--note", default="", help="a line for the results (e.g. why the run is reduced)")
+    ap.add_argument(
+        "--defaults-from",
+        type=Path,
+        default=None,
+        help="an earlier results JSON whose defaults arm (same data set, same held-out sample) gives outcome 2's "
+        "reference when the degraded arm runs on its own",
+    )
     args = ap.parse_args()
 
     base = ArmConfig(
@@ -72,9 +79,50 @@ def main() -> None:
     plan = Plan(arms, work=work, out_dir=RESULTS_DIR / "self_improvement", name=args.name, meta=meta)
     plan.parallel = args.parallel
     result = simulate(plan)
+    if args.defaults_from is not None:
+        _outcome_2_from(args.defaults_from, RESULTS_DIR / "self_improvement" / f"{args.name}.json")
     print(result["outcomes"], flush=True)
     for f in result["files"]:
         print(f"wrote {f}", flush=True)
+
+
+def _outcome_2_from(defaults_json: Path, mine_json: Path) -> None:
+    """Outcome 2 for a degraded arm run on its own: the defaults' day 0 from an earlier run on the same
+    held-out sample (same split, seed and size), written into this run's JSON and Markdown."""
+    import json
+
+    from ragloop.improve.simulation.outcomes import recovery
+
+    ref_doc, doc = json.loads(defaults_json.read_text()), json.loads(mine_json.read_text())
+
+    def acc(arm: dict[str, object], i: int) -> float | None:
+        m = arm["measurements"][i]["metrics"].get("e2e_accuracy")  # type: ignore[index]
+        return None if not m else float(m["value"])
+
+    for arm in doc["arms"]:
+        if arm["start"] != "degraded":
+            continue
+        ref = next(
+            (
+                a
+                for a in ref_doc["arms"]
+                if a["dataset"] == arm["dataset"] and a["start"] == "defaults" and a["flip_share"] < 0.5
+            ),
+            None,
+        )
+        if ref is None:
+            continue
+        out = recovery(arm["label"], acc(arm, 0), acc(arm, -1), acc(ref, 0))
+        out["defaults_from"] = str(defaults_json.name)
+        doc["outcomes"].setdefault("2", {})[arm["dataset"]] = out
+        md = mine_json.with_suffix(".md")
+        md.write_text(
+            md.read_text()
+            + f"\n## Outcome 2 (reference: {defaults_json.name}, defaults arm day 0)\n\n```\n"
+            + json.dumps(out, indent=1)
+            + "\n```\n"
+        )
+    mine_json.write_text(json.dumps(doc, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -67,11 +67,16 @@ def outcome_1(arm: ArmResult) -> dict[str, Any]:
 
 def outcome_2(degraded: ArmResult, defaults: ArmResult) -> dict[str, Any]:
     d0, d1 = _value(degraded, 0, "e2e_accuracy"), _value(degraded, -1, "e2e_accuracy")
-    ref = _value(defaults, 0, "e2e_accuracy")
+    return recovery(degraded.config.label, d0, d1, _value(defaults, 0, "e2e_accuracy"))
+
+
+def recovery(label: str, d0: float | None, d1: float | None, ref: float | None) -> dict[str, Any]:
+    """Outcome 2 from its three numbers: the degraded arm's day 0 and final held-out accuracy and the
+    defaults' day 0 on the same held-out items."""
     gap = None if ref is None or d0 is None else ref - d0
     recovered = None if gap is None or d1 is None or d0 is None or gap <= 0 else (d1 - d0) / gap
     return {
-        "arm": degraded.config.label,
+        "arm": label,
         "degraded_day0": d0,
         "degraded_final": d1,
         "defaults_day0": ref,
