@@ -38,6 +38,10 @@ def test_what_each_label_says() -> None:
     assert _rights(review_labels(None, ["correct"], refused=False)[0]) == (True, False)
     assert _rights(review_labels("ranking_failure", [], refused=True)[0]) == (None, False)
     assert combine([Label(True, None, "a", 1.0), Label(False, None, "b", 3.0)]) == (0.25, None)
+    # the simulated reviewer: labels correct / incorrect, a corrected answer when wrong and answerable
+    assert combine(review_labels(None, ["correct"], refused=True)) == (0.0, 1.0)
+    assert combine(review_labels(None, ["incorrect"], refused=False, corrected=True)) == (0.0, 0.0)
+    assert combine(review_labels(None, ["incorrect"], refused=False)) == (0.0, None)
 
 
 def _item(score: float, a: float | None, r: float | None) -> Labelled:

@@ -11,7 +11,8 @@ have been right (`refusal_right`). Each label source tells part of that:
 | correction / relevant documents | refusal wrong (it is answerable) | refusal wrong |
 | reviewer: knowledge_gap, `unanswerable` | refusal right, answer wrong | same |
 | reviewer: another failure mode, `incorrect` | answer wrong (refusal wrong if a mode) | refusal wrong |
-| reviewer: `correct` | answer right, refusal wrong | — |
+| reviewer: `correct` | answer right, refusal wrong | refusal right, answer wrong |
+| reviewer: a corrected answer | refusal wrong | refusal wrong |
 | diagnosis: knowledge_gap | refusal right, answer wrong | same |
 | diagnosis: another mode | refusal wrong | refusal wrong |
 
@@ -78,7 +79,9 @@ def rating_labels(rating: str, refused: bool, *, corrected: bool, documents: boo
     return out
 
 
-def review_labels(failure_mode: str | None, labels: Iterable[str], refused: bool) -> list[Label]:
+def review_labels(
+    failure_mode: str | None, labels: Iterable[str], refused: bool, *, corrected: bool = False
+) -> list[Label]:
     tags = {str(t).strip().lower() for t in labels}
     w = REVIEW_WEIGHT
     if failure_mode == GAP or tags & {"unanswerable", "should_refuse"}:
@@ -86,8 +89,10 @@ def review_labels(failure_mode: str | None, labels: Iterable[str], refused: bool
     out = []
     if failure_mode is not None:
         out.append(Label(None if refused else False, False, "reviewer", w))
-    if "correct" in tags and not refused:
-        out.append(Label(True, False, "reviewer", w))
+    if "correct" in tags:
+        out.append(Label(False, True, "reviewer", w) if refused else Label(True, False, "reviewer", w))
+    if corrected:  # the reviewer wrote the right answer: the question is answerable
+        out.append(Label(None, False, "reviewer", w))
     if "incorrect" in tags:
         out.append(Label(None, False, "reviewer", w) if refused else Label(False, None, "reviewer", w))
     if "answerable" in tags:
@@ -196,7 +201,9 @@ def labelled_answers(
                 weight=float(f.weight or 1.0),
             )
         for r in reviews[answer_id]:
-            found += review_labels(r.failure_mode, (r.failure_evidence or {}).get("labels") or (), refused)
+            ev = r.failure_evidence or {}
+            corrected = bool(ev.get("corrected_answer"))
+            found += review_labels(r.failure_mode, ev.get("labels") or (), refused, corrected=corrected)
         if answer_id in diagnosed:
             found.append(diagnosis_label(diagnosed[answer_id]))
         answer_right, refusal_right = combine(found)
