@@ -82,14 +82,14 @@ def _tier1_input(rec: dict[str, Any]) -> Any:
 
 
 def tier1_scores(records: list[dict[str, Any]], settings: Settings, cache: Path) -> dict[str, float]:
-    from ragloop.improve.tier1 import compute_features, load_model
+    from ragloop.improve.tier1 import PRIOR, compute_features
     from ragloop.models.chat import run_sync
     from ragloop.models.scoring import make_scorer
 
     have: dict[str, float] = json.loads(cache.read_text()) if cache.exists() else {}
     todo = [r for r in records if str(r["id"]) not in have and not r.get("error")]
     if todo:
-        model = load_model(settings)
+        model = PRIOR  # what `recalibration.active_model` gives a store that was never recalibrated
         scorer = make_scorer(SUPPORT_SCORER, settings)
         for r in todo:
             feats = run_sync(compute_features(_tier1_input(r), scorer))
