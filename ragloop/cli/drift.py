@@ -63,6 +63,11 @@ def drift_status_cmd(json_: JsonOpt = False) -> None:
         else "accepted judge: none qualified yet",
         highlight=False,
     )
+    for j in data["unqualified_in_use"]:
+        console.print(
+            f"[red]unqualified judge in use: {j['model']} {j['version']} ({j['scores']} recent tier-2 scores)[/]",
+            highlight=False,
+        )
     rubric = data["rubric"]
     if rubric is None:
         out.print("rubric check: never run", highlight=False)

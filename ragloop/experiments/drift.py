@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -364,9 +364,30 @@ def rubric_due(store: Store, now: datetime, interval_s: float = MONTH_S) -> bool
     return now - datetime.fromisoformat(last.window_end) >= timedelta(seconds=interval_s)
 
 
+def judges_in_use(store: Store, limit: int = 500) -> list[dict[str, Any]]:
+    """The pins behind the latest `limit` tier-2 scores, with counts (newest first by first sight)."""
+    from ragloop.store.models import Evaluation
+
+    with store.db.transaction(write=False) as s:
+        rows = s.execute(
+            select(Evaluation.evaluator_model, Evaluation.evaluator_version, Evaluation.evaluator_prompt_sha)
+            .where(Evaluation.evaluation_tier == Tier.LLM_JUDGE, Evaluation.status == EvaluationStatus.COMPLETED)
+            .order_by(Evaluation.evaluated_at.desc())
+            .limit(limit)
+        ).all()
+    counts: dict[tuple[str, str, str], int] = {}
+    for model, version, sha in rows:
+        key = (str(model or ""), str(version or ""), str(sha or ""))
+        counts[key] = counts.get(key, 0) + 1
+    return [{"model": m, "version": v, "prompt_sha": p, "scores": n} for (m, v, p), n in counts.items()]
+
+
 def drift_status(store: Store) -> dict[str, Any]:
-    """What the admin route and `ragloop drift status` show."""
+    """What the admin route and `ragloop drift status` show. `unqualified_in_use`: recent tier-2
+    scores from a judge other than the accepted one (the worker judges with whatever it is
+    configured with; this is how an unqualified replacement becomes visible)."""
     pin = accepted_pin(store)
+    in_use = judges_in_use(store)
     refused = store.audit.timeline(action_type=REFUSED, limit=5)
     check = latest_check(store)
     return {
@@ -378,6 +399,10 @@ def drift_status(store: Store) -> dict[str, Any]:
                 "at": r.created_at.isoformat(),
             }
             for r in refused
+        ],
+        "judges_in_use": in_use,
+        "unqualified_in_use": [
+            j for j in in_use if pin is not None and (j["model"], j["version"], j["prompt_sha"]) != astuple(pin)
         ],
         "rubric": check.to_json() if check else None,
         "rubric_flagged": bool(check and check.status is RubricStatus.FLAGGED),
