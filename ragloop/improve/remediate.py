@@ -23,6 +23,7 @@ from ragloop.improve import recalibration
 from ragloop.improve.auditor import Auditor, AuditResult
 from ragloop.improve.claims import claim_audit
 from ragloop.improve.clock import SYSTEM_CLOCK, Clock
+from ragloop.improve.label_proposals import propose_from_labels
 from ragloop.improve.remediation import (
     REMEDIATIONS,
     ActionSpec,
@@ -124,9 +125,11 @@ def run_pass(
     remediation: RemediationSettings | None = None,
     worker: str | None = None,
     context: RemediationContext | None = None,
+    label_collection: str | None = None,
 ) -> PassReport:
     """Audit due actions, then apply proposed ones (see `scheduler` and `auditor` for the rules).
-    `config`: the pipeline that serves now (the collections were indexed with it)."""
+    `config`: the pipeline that serves now (the collections were indexed with it); `label_collection`:
+    also propose that collection's τL refit from labelled traffic (`label_proposals`)."""
     policy = policy or Policy()
     worker = worker or f"improve-{os.getpid()}-{secrets.token_hex(3)}"  # claims are per worker: unique
     resolver = None
@@ -137,6 +140,8 @@ def run_pass(
     try:
         started = context.clock.now().isoformat()
         audited = Auditor(context, policy, worker=f"{worker}:auditor").run()
+        if label_collection is not None:  # the τL refit from labelled traffic, diagnosed or not
+            propose_from_labels(store, config, label_collection)
         recalibration.watch(context.store, context.clock, resamples=context.settings.resamples)
         scheduled = Scheduler(context, policy, worker=f"{worker}:scheduler").run()
         return PassReport(started_at=started, audited=audited, scheduled=scheduled)

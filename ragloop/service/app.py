@@ -72,7 +72,7 @@ def remediation_pass(
         return None
     from ragloop.improve.remediate import run_pass
 
-    return lambda: run_pass(store, active(), settings=settings)
+    return lambda: run_pass(store, active(), settings=settings, label_collection=cfg.collection)
 
 
 def create_app(

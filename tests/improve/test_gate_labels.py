@@ -4,6 +4,8 @@ refuses too many answerable questions is refitted into a candidate."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ragloop.improve.remediation.gate_labels import (
     Label,
     Labelled,
@@ -107,3 +109,30 @@ def test_a_gate_refusing_answerable_questions_is_refitted_from_ratings(store: St
     fit = fit_tau_lower(samples, current=0.3, max_false_refusal=0.5)
     assert fit.improves and 0.1 <= fit.fitted < 0.2 and fit.lo > 0
     assert {"rating", "reviewer", "correction"} <= {p for s in samples for p in s.label_source.split("+")}
+
+
+def test_labelled_traffic_alone_proposes_and_applies_the_refit(store: Store, tmp_path: Path) -> None:
+    """No diagnosis at all (no ideal answers): once 50 explicit labels exist, the remediation pass
+    proposes the collection's τL refit itself, once per serving version, and the scheduler applies it."""
+    from ragloop.improve.clock import ManualClock
+    from ragloop.improve.label_proposals import propose_from_labels
+    from ragloop.improve.remediate import run_pass
+    from tests.agent.conftest import DOCS, make_collection
+    from tests.improve.remediation_support import K1, context
+
+    coll = make_collection("kb", DOCS, tmp_path / "docs")
+    try:
+        for i in range(49):
+            store.feedback.add(_served(store, i, 0.1 + 0.01 * i, refused=i < 20), "negative" if i < 20 else "positive")
+        assert not propose_from_labels(store, K1, "kb")
+        store.feedback.add(_served(store, 99, 0.9, refused=False), "positive")
+        ctx = context(store, coll, ManualClock())
+        report = run_pass(store, K1, context=ctx, label_collection="kb")
+        [result] = report.scheduled
+        assert result.kind == "threshold_recalibration" and result.outcome.value == "applied"
+        [refit] = store.audit.timeline(action_type="threshold_refit")
+        assert refit.evidence["fit"]["n"] == 50 and refit.evidence["domain"] == "kb"
+        run_pass(store, K1, context=ctx, label_collection="kb")  # once per version: nothing new
+        assert len(store.improvement_actions.listed()) == 1
+    finally:
+        coll.close()

@@ -1,0 +1,52 @@
+"""Proposals from labelled traffic itself, not only from diagnoses.
+
+The τL refit learns from every label a collection's traffic carries (`remediation.gate_labels`), but
+the classifier proposes it only when a completed diagnosis shows a gate error, and a diagnosis
+needs an ideal answer (a correction, a golden reference or the judge's answer): with few
+corrections and an offline judge that writes none, nearly every diagnosis is skipped and the refit
+would never run. So once the traffic holds `min_labels` explicit labels (user ratings, reviewer
+labels), the remediation pass proposes one threshold recalibration per collection and serving
+version itself (the same component and dedupe key the classifier's proposals use, so the two
+never duplicate). The refit still registers a candidate only on a gain interval above zero, and
+the candidate still needs the golden check and an experiment.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from ragloop.config import PipelineConfig
+from ragloop.improve.types import ActionKind
+from ragloop.store import Store
+from ragloop.store.vocabulary import Tier
+
+MIN_LABELS = 50
+CONFIDENCE = 0.75
+
+
+def explicit_labels(store: Store) -> int:
+    from ragloop.store.models import Evaluation, UserFeedback
+
+    with store.db.transaction(write=False) as s:
+        ratings = int(s.scalar(select(func.count()).select_from(UserFeedback)) or 0)
+        reviews = s.scalar(
+            select(func.count()).select_from(Evaluation).where(Evaluation.evaluation_tier == Tier.HUMAN.value)
+        )
+    return ratings + int(reviews or 0)
+
+
+def propose_from_labels(store: Store, config: PipelineConfig, collection: str, *, min_labels: int = MIN_LABELS) -> bool:
+    """Propose the collection's τL refit for the serving version once enough labels exist; True if proposed."""
+    labels = explicit_labels(store)
+    if labels < min_labels:
+        return False
+    store.improvement_actions.propose(
+        ActionKind.THRESHOLD_RECALIBRATION.value,
+        "pipeline",
+        f"{collection}:{config.version_id}",
+        domain=collection,
+        evidence={"confidence": CONFIDENCE, "reason": "labelled traffic", "explicit_labels": labels},
+        payload={"collection": collection, "pipeline_version": config.version_id, "question": "", "chunk_ids": []},
+        priority=CONFIDENCE * 0.5,
+    )
+    return True
