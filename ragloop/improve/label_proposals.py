@@ -13,6 +13,8 @@ the candidate still needs the golden check and an experiment.
 
 from __future__ import annotations
 
+import math
+
 from sqlalchemy import func, select
 
 from ragloop.config import PipelineConfig
@@ -40,10 +42,11 @@ def propose_from_labels(store: Store, config: PipelineConfig, collection: str, *
     labels = explicit_labels(store)
     if labels < min_labels:
         return False
+    epoch = int(math.log2(labels / min_labels))  # refit again each time the labels double
     store.improvement_actions.propose(
         ActionKind.THRESHOLD_RECALIBRATION.value,
         "pipeline",
-        f"{collection}:{config.version_id}",
+        f"{collection}:{config.version_id}:labels-{epoch}",
         domain=collection,
         evidence={"confidence": CONFIDENCE, "reason": "labelled traffic", "explicit_labels": labels},
         payload={"collection": collection, "pipeline_version": config.version_id, "question": "", "chunk_ids": []},

@@ -132,7 +132,10 @@ def test_labelled_traffic_alone_proposes_and_applies_the_refit(store: Store, tmp
         assert result.kind == "threshold_recalibration" and result.outcome.value == "applied"
         [refit] = store.audit.timeline(action_type="threshold_refit")
         assert refit.evidence["fit"]["n"] == 50 and refit.evidence["domain"] == "kb"
-        run_pass(store, K1, context=ctx, label_collection="kb")  # once per version: nothing new
+        run_pass(store, K1, context=ctx, label_collection="kb")  # once per version and doubling: nothing new
         assert len(store.improvement_actions.listed()) == 1
+        for i in range(50):
+            store.feedback.add(_served(store, 200 + i, 0.5, refused=False), "positive")
+        assert propose_from_labels(store, K1, "kb") and len(store.improvement_actions.listed()) == 2
     finally:
         coll.close()
