@@ -66,6 +66,7 @@ class Citation(_Model):
     chunk_id: str
     doc_id: str
     title: str = ""
+    heading_path: tuple[str, ...] = ()  # where in the document the cited chunk stands
     excerpt: str = ""
     score: float = 0.0
 

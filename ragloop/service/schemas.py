@@ -87,6 +87,7 @@ class CitationPublic(_Out):
     chunk_id: str
     doc_id: str
     title: Shown = ""
+    heading_path: list[Shown] = Field(default_factory=list, description="The cited chunk's headings, outermost first.")
     excerpt: Shown = ""
     score: float = 0.0
 

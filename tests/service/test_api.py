@@ -47,7 +47,8 @@ async def test_query_store_evaluate_feedback_flow(collection: Collection, any_st
         }
         assert "1887" in body["answer"] and "[1]" in body["answer"]
         assert body["citations"][0]["doc_id"] == "bridge.md"
-        assert set(body["citations"][0]) >= {"chunk_id", "doc_id", "title", "excerpt", "score"}
+        assert set(body["citations"][0]) >= {"chunk_id", "doc_id", "title", "heading_path", "excerpt", "score"}
+        assert body["citations"][0]["heading_path"] == ["Zorblat Bridge"]
         assert body["pipeline_version"] == CFG.version_id
         answer_id = body["answer_id"]
 

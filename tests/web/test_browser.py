@@ -58,6 +58,7 @@ def test_ask_follow_up_citation_and_trace(page: Any, served: Served) -> None:
     expect(dialog).to_be_visible()
     expect(page.locator("#citation-doc")).to_have_text("tower.md")
     expect(page.locator("#citation-heading")).to_have_text("Quill Tower")
+    expect(page.locator("#citation-section")).to_have_text("Quill Tower")
     expect(page.locator("#citation-excerpt")).to_contain_text("Marta Quill designed the tower")
     shot(page, "02-answer-citation")
     page.keyboard.press("Escape")

@@ -37,6 +37,7 @@ def number_sources(state: AgentState) -> tuple[list[Citation], dict[int, str], d
                     chunk_id=s.chunk_id,
                     doc_id=s.doc_id,
                     title=chunk.title if chunk else "",
+                    heading_path=chunk.heading_path if chunk else (),
                     score=round(chunk.grade or 0.0, 4) if chunk else 0.0,
                 )
             )

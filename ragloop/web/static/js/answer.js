@@ -162,6 +162,7 @@ export function openCitation(c) {
   $("citation-title").textContent = `Source [${c.n}]`;
   $("citation-doc").textContent = c.doc_id || "–";
   $("citation-heading").textContent = c.title || "–";
+  $("citation-section").textContent = (c.heading_path || []).join(" › ") || "–";
   $("citation-score").textContent = fmtScore(c.score);
   $("citation-excerpt").textContent = c.excerpt || "(no excerpt)";
   const dialog = $("citation-dialog");
