@@ -29,11 +29,13 @@ from ragloop.improve.payload import EvaluationPayload, PayloadHit, StoredTrace, 
 from ragloop.improve.types import RankedChunk
 from ragloop.retrieval.collection import Collection, CollectionError, list_collections
 from ragloop.store import Store, UserFeedback, question_hash
+from ragloop.store.vocabulary import Tier
 
 MAX_CONTEXT_CHARS = 2000
 
 
 class IdealSource(StrEnum):
+    REVIEW = "review"
     CORRECTION = "correction"
     REFERENCE = "reference"
     JUDGE = "judge"
@@ -45,8 +47,19 @@ class Ideal:
     source: IdealSource
 
 
-def choose_ideal(feedback: Sequence[UserFeedback], reference: str | None, judge_answer: str | None) -> Ideal | None:
-    """Correction (the latest non-empty one) > reference > judge's answer."""
+def choose_ideal(
+    feedback: Sequence[UserFeedback],
+    reference: str | None,
+    judge_answer: str | None,
+    review: str | None = None,
+) -> Ideal | None:
+    """Reviewer's correction > user's correction (the latest non-empty one) > reference > judge's answer.
+
+    A tier-3 reviewer's corrected answer comes first: it is the most trusted label the system gets,
+    and without it an answer that only a reviewer corrected had nothing to be diagnosed against (the
+    offline judge writes no answer, and users correct rarely)."""
+    if review and review.strip():
+        return Ideal(review.strip(), IdealSource.REVIEW)
     for fb in sorted(feedback, key=lambda f: f.created_at, reverse=True):
         if fb.corrected_answer and fb.corrected_answer.strip():
             return Ideal(fb.corrected_answer.strip(), IdealSource.CORRECTION)
@@ -87,6 +100,14 @@ def _judge_answer(store: Store, answer_id: str) -> str | None:
     if row is None or row.status != "completed":
         return None
     value = (row.failure_evidence or {}).get("reference_answer")
+    return value if isinstance(value, str) else None
+
+
+def _review_correction(store: Store, answer_id: str) -> str | None:
+    row = store.evaluations.latest(answer_id, Tier.HUMAN)
+    if row is None or row.status != "completed":
+        return None
+    value = (row.failure_evidence or {}).get("corrected_answer")
     return value if isinstance(value, str) else None
 
 
@@ -131,7 +152,12 @@ def load_served(store: Store, answer_id: str) -> ServedAnswer | None:
         pipeline_version=answer.pipeline_version,
         collection_hint=p.collection,
         user_reported=any(f.rating == "negative" or f.corrected_answer for f in feedback),
-        ideal=choose_ideal(feedback, _reference(store, question, p), _judge_answer(store, answer_id)),
+        ideal=choose_ideal(
+            feedback,
+            _reference(store, question, p),
+            _judge_answer(store, answer_id),
+            review=_review_correction(store, answer_id),
+        ),
     )
 
 

@@ -20,6 +20,7 @@ from ragloop.models.scoring import LexicalScorer
 from ragloop.models.scoring.base import Judgement, Scorer
 from ragloop.retrieval.collection import Collection
 from ragloop.store import EvaluationQueue, Store
+from ragloop.store.vocabulary import Tier
 from tests.agent.conftest import DOCS, HASHED, make_collection
 
 GAP_Q = "What is the boiling point of liquid nitrogen at sea level?"
@@ -154,6 +155,33 @@ def test_answers_without_an_ideal_answer_are_skipped_until_corrected(store: Stor
     assert later["selected"] == 1 and later["diagnosed"] == 1
     done = store.diagnoses.get(aid)
     assert done is not None and done.status == "completed" and done.ideal_answer == "It was completed in 1887."
+
+
+FIXED = "It was completed in 1887."
+
+
+def test_a_reviewer_s_correction_is_the_ideal_answer(store: Store, coll: Collection) -> None:
+    aid = serve(store, coll, BRIDGE_Q, "A ferry crossed the Vell [1].", ["ferry.md", "tower.md"])
+    store.feedback.add(aid, "negative", corrected_answer="Some year.")
+    store.feedback.add(aid, "negative")
+    request_diagnosis(store, aid, ["negative_feedback"])
+    # stored as POST /v1/review/{id} stores it; the reviewer outranks the user's earlier correction
+    store.evaluations.add(aid, Tier.HUMAN, scores={}, failure_evidence={"corrected_answer": FIXED})
+    run_pass(engine(store))
+    done = store.diagnoses.get(aid)
+    assert done is not None and done.status == "completed" and done.ideal_answer == FIXED
+
+
+def test_a_reviewer_s_correction_alone_reopens_a_skipped_diagnosis(store: Store, coll: Collection) -> None:
+    aid = serve(store, coll, BRIDGE_Q, "A ferry crossed the Vell [1].", ["ferry.md", "tower.md"])
+    store.feedback.add(aid, "negative")
+    assert run_pass(engine(store))["skipped"] == 1
+    store.evaluations.add(aid, Tier.HUMAN, scores={}, failure_evidence={"corrected_answer": FIXED})
+    request_diagnosis(store, aid, ["review_correction"])  # what the review route does on a correction
+    later = run_pass(engine(store))
+    assert later["diagnosed"] == 1, later
+    done = store.diagnoses.get(aid)
+    assert done is not None and done.status == "completed" and done.ideal_answer == FIXED
 
 
 class FlakyScorer(Scorer):

@@ -184,6 +184,12 @@ async def test_routing_golden_low_score_and_human_review(collection: Collection,
         ev = (await c.get(f"/v1/evaluations/{ids[0]}", headers=keys.u)).json()
         assert ev["evaluation_tier"] == "human" and ev["failure_mode"] == "ranking_failure"
         assert ev["scores"]["faithfulness"] == 1.0
+        assert "diagnosis" not in {j.tier for j in store.queue.for_answer(ids[0])}  # no correction, no diagnosis
+        # a reviewer's correction is an ideal answer: the answer is diagnosed against it
+        r = await c.post(f"/v1/review/{ids[1]}", json={**review, "corrected_answer": "In 1887."}, headers=keys.a)
+        assert r.status_code == 201
+        [job] = [j for j in store.queue.for_answer(ids[1]) if j.tier == "diagnosis"]
+        assert job.payload["reasons"] == ["review_correction"]
 
 
 async def test_detailed_feedback_goes_to_human_review(collection: Collection, store: Store) -> None:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 
+from ragloop.improve.engine import request_diagnosis
 from ragloop.service.deps import AdminDep, ServiceDep
 from ragloop.service.routes._common import ID_PATTERN, answer_citations, evaluation_public
 from ragloop.service.schemas import CitationPublic, EvaluationPublic, ReviewCreate, ReviewItemPublic
@@ -73,4 +74,7 @@ def submit_review(
             evaluator_model=f"human:key:{admin.key_id}",
         )
         store.queue.settle(answer_id, Tier.HUMAN)
+        if body.corrected_answer and body.corrected_answer.strip():
+            # a reviewer's correction is an ideal answer: diagnose against it (reopens a skipped diagnosis)
+            request_diagnosis(store, answer_id, ["review_correction"])
         return evaluation_public(row)
