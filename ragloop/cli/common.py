@@ -7,13 +7,16 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ragloop.config import PipelineConfig, Settings, load_pipeline_config
+
+if TYPE_CHECKING:
+    from ragloop.store import Store
 
 console = Console(stderr=True)
 out = Console()
@@ -30,6 +33,25 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+def open_store(url: str | None = None) -> Store:
+    """The service database (`url`, else RAGLOOP_DATABASE_URL, else RAGLOOP_HOME/ragloop.db), or one clear
+    line and exit code 2 when it cannot be opened."""
+    from ragloop.store import Store
+
+    try:
+        return Store.open(url)
+    except Exception as exc:
+        fail(f"cannot open the database: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def emit(data: Any, json_: bool, human: str) -> None:
+    """`--json`: the data; otherwise the one human line."""
+    if json_:
+        print_json(data)
+    else:
+        out.print(human, highlight=False)
 
 
 def settings() -> Settings:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ragloop.cli.common import JsonOpt, console, fail, out, print_json, settings
+from ragloop.cli.common import JsonOpt, console, fail, open_store, out, print_json, settings
 
 if TYPE_CHECKING:
     from ragloop.improve.judge import Judge
@@ -22,15 +22,6 @@ drift_app = typer.Typer(no_args_is_help=True, help="Evaluator drift: judge quali
 
 def register(app: typer.Typer) -> None:
     app.add_typer(drift_app, name="drift")
-
-
-def _store() -> Store:
-    from ragloop.store import Store
-
-    try:
-        return Store.open()
-    except Exception as exc:
-        fail(f"cannot open the store: {exc}")
 
 
 def stored_rejudge(store: Store, judge: Judge) -> Any:
@@ -51,7 +42,7 @@ def stored_rejudge(store: Store, judge: Judge) -> Any:
 def drift_status_cmd(json_: JsonOpt = False) -> None:
     from ragloop.experiments.drift import drift_status
 
-    with _store() as store:
+    with open_store() as store:
         data = drift_status(store)
     if json_:
         print_json(data)
@@ -98,7 +89,7 @@ def drift_qualify(
         j = make_judge(judge, settings())
     except (ValueError, LookupError) as exc:
         fail(str(exc))
-    with _store() as store:
+    with open_store() as store:
         p = j.pin
         res = qualify(
             store,
@@ -126,7 +117,7 @@ def drift_check(
     from ragloop.experiments.drift import rubric_check
     from ragloop.improve.clock import SYSTEM_CLOCK
 
-    with _store() as store:
+    with open_store() as store:
         res = rubric_check(
             store, SYSTEM_CLOCK.now(), window_s=window_days * 86400, min_correlation=min_correlation, actor="cli"
         )

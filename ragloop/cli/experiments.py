@@ -18,10 +18,10 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from ragloop.cli.common import CollectionOpt, JsonOpt, console, fail, out, print_json, settings
+from ragloop.cli.common import CollectionOpt, JsonOpt, console, emit, fail, open_store, out, print_json, settings
 
 if TYPE_CHECKING:
-    from ragloop.store import Store
+    pass
 
 experiments_app = typer.Typer(no_args_is_help=True, help="A/B experiments between pipeline versions.")
 pipeline_app = typer.Typer(no_args_is_help=True, help="Pipeline versions: register candidates, list, diff.")
@@ -36,22 +36,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(experiments_app, name="experiments")
     app.add_typer(pipeline_app, name="pipeline")
     app.add_typer(regress_app, name="regress")
-
-
-def _store() -> Store:
-    from ragloop.store import Store
-
-    try:
-        return Store.open()
-    except Exception as exc:
-        fail(f"cannot open the store: {exc}")
-
-
-def _emit(data: Any, json_: bool, human: str) -> None:
-    if json_:
-        print_json(data)
-    else:
-        out.print(human, highlight=False)
 
 
 # --------------------------------------------------------------------------- pipeline
@@ -74,7 +58,7 @@ def pipeline_register(
         fail(f"cannot read {file}: {exc}")
     if not isinstance(raw, dict):
         fail(f"{file} must hold a mapping")
-    with _store() as store:
+    with open_store() as store:
         try:
             row = register_candidate(
                 store,
@@ -86,7 +70,7 @@ def pipeline_register(
         except (ConfigError, LookupError) as exc:
             fail(str(exc))
         data = {"version": row.version_id, "status": row.status, "parent_version": row.parent_version_id}
-    _emit(data, json_, f"candidate {data['version']} ({data['status']}, parent {data['parent_version']})")
+    emit(data, json_, f"candidate {data['version']} ({data['status']}, parent {data['parent_version']})")
 
 
 @pipeline_app.command("approve")
@@ -95,18 +79,18 @@ def pipeline_approve(version: str, note: Annotated[str, typer.Option("--note")] 
     RAGLOOP_AUTO_EXPERIMENT_REQUIRES_APPROVAL is on)."""
     import getpass
 
-    with _store() as store:
+    with open_store() as store:
         try:
             row = store.pipelines.approve(version, actor=f"{ACTOR}:{getpass.getuser()}", note=note)
         except LookupError as exc:
             fail(str(exc))
         data = {"version": row.version_id, "approvals": list(row.approvals)}
-    _emit(data, json_, f"approved {version} ({len(data['approvals'])} approval(s))")
+    emit(data, json_, f"approved {version} ({len(data['approvals'])} approval(s))")
 
 
 @pipeline_app.command("versions")
 def pipeline_versions(json_: JsonOpt = False) -> None:
-    with _store() as store:
+    with open_store() as store:
         rows = [
             {
                 "version": r.version_id,
@@ -117,19 +101,19 @@ def pipeline_versions(json_: JsonOpt = False) -> None:
             }
             for r in store.pipelines.list_versions()
         ]
-    _emit(rows, json_, "\n".join(f"{r['version']}  {r['status']:<9}  parent {r['parent_version']}" for r in rows))
+    emit(rows, json_, "\n".join(f"{r['version']}  {r['status']:<9}  parent {r['parent_version']}" for r in rows))
 
 
 @pipeline_app.command("diff")
 def pipeline_diff(a: str, b: str, json_: JsonOpt = False) -> None:
     from ragloop.experiments.versions import diff_versions
 
-    with _store() as store:
+    with open_store() as store:
         try:
             changes = [c.to_json() for c in diff_versions(store, a, b)]
         except LookupError as exc:
             fail(str(exc))
-    _emit(changes, json_, "\n".join(f"{c['path']}: {c['before']!r} -> {c['after']!r}" for c in changes) or "same")
+    emit(changes, json_, "\n".join(f"{c['path']}: {c['before']!r} -> {c['after']!r}" for c in changes) or "same")
 
 
 # --------------------------------------------------------------------------- experiments
@@ -175,7 +159,7 @@ def experiments_create(
         spec = ExperimentSpec.model_validate(body)
     except ValidationError as exc:
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-    with _store() as store:
+    with open_store() as store:
         try:
             row = create_experiment(store, spec, actor=ACTOR)
         except (ExperimentError, ExperimentConflictError) as exc:
@@ -186,7 +170,7 @@ def experiments_create(
             "control_version": row.control_version,
             "treatment_version": row.treatment_version,
         }
-    _emit(
+    emit(
         data,
         json_,
         f"experiment {data['experiment_id']} running: {data['control_version']} vs {data['treatment_version']}",
@@ -203,7 +187,7 @@ def experiments_auto(collection: CollectionOpt = "default", json_: JsonOpt = Fal
     from ragloop.service.config import ServiceConfig
 
     auto = ServiceConfig.from_env().auto_experiments
-    with _store() as store:
+    with open_store() as store:
         check = golden_check(
             store,
             lambda v: build_answerer(settings(), collection, version_config(store, v)),
@@ -211,17 +195,17 @@ def experiments_auto(collection: CollectionOpt = "default", json_: JsonOpt = Fal
             limit=auto.golden_limit,
         )
         step = auto_experiment_step(store, check, settings=auto, actor="auto-experiment (cli)")
-    _emit(step.to_json(), json_, f"{step.outcome.value}: candidate {step.candidate}, experiment {step.experiment_id}")
+    emit(step.to_json(), json_, f"{step.outcome.value}: candidate {step.candidate}, experiment {step.experiment_id}")
 
 
 @experiments_app.command("list")
 def experiments_list(json_: JsonOpt = False) -> None:
-    with _store() as store:
+    with open_store() as store:
         rows = [
             {"experiment_id": r.experiment_id, "name": r.name, "status": r.status, "recommendation": r.recommendation}
             for r in store.experiments.list_experiments()
         ]
-    _emit(rows, json_, "\n".join(f"{r['experiment_id']}  {r['status']:<9} {r['name']}" for r in rows) or "none")
+    emit(rows, json_, "\n".join(f"{r['experiment_id']}  {r['status']:<9} {r['name']}" for r in rows) or "none")
 
 
 @experiments_app.command("results")
@@ -229,25 +213,25 @@ def experiments_results(experiment_id: str, json_: JsonOpt = False) -> None:
     """Aggregate now (a running experiment) and print the results."""
     from ragloop.experiments.aggregation import aggregate, stored_results
 
-    with _store() as store:
+    with open_store() as store:
         row = store.experiments.get(experiment_id)
         if row is None:
             fail(f"no experiment {experiment_id!r}")
         res = aggregate(store, experiment_id, actor=ACTOR) if row.status == "running" else stored_results(row)
-    _emit(res, json_, json.dumps(res, indent=2, default=str))
+    emit(res, json_, json.dumps(res, indent=2, default=str))
 
 
 def _end(experiment_id: str, to: str, reason: str, json_: bool) -> None:
     from ragloop.experiments import ExperimentStatus
     from ragloop.experiments.registry import ExperimentConflictError, end_experiment
 
-    with _store() as store:
+    with open_store() as store:
         try:
             row = end_experiment(store, experiment_id, ExperimentStatus(to), actor=ACTOR, reason=reason)
         except (LookupError, ExperimentConflictError) as exc:
             fail(str(exc))
         data = {"experiment_id": row.experiment_id, "status": row.status}
-    _emit(data, json_, f"experiment {experiment_id} {data['status']}")
+    emit(data, json_, f"experiment {experiment_id} {data['status']}")
 
 
 @experiments_app.command("stop")
@@ -272,7 +256,7 @@ def experiments_promote(
     from ragloop.experiments.runtime import golden_smoke_test
     from ragloop.experiments.versions import PromotedVia
 
-    with _store() as store:
+    with open_store() as store:
         row = store.experiments.get(experiment_id)
         if row is None:
             fail(f"no experiment {experiment_id!r}")
@@ -286,7 +270,7 @@ def experiments_promote(
             via=PromotedVia.ADMIN,
             from_statuses=(ExperimentStatus.RUNNING, ExperimentStatus.HALTED),
         )
-    _emit(outcome.to_json(), json_, f"{'promoted' if outcome.promoted else 'not promoted'}: {outcome.reason}")
+    emit(outcome.to_json(), json_, f"{'promoted' if outcome.promoted else 'not promoted'}: {outcome.reason}")
     if not outcome.promoted:
         raise typer.Exit(1)
 
@@ -316,7 +300,7 @@ def regress(
     from ragloop.experiments.versions import current_config
     from ragloop.service.pipelines import ensure_active_version
 
-    with _store() as store:
+    with open_store() as store:
         ensure_active_version(store, None, actor="ragloop regress")
         version, config = current_config(store)
         assert version is not None
@@ -355,7 +339,7 @@ def regress_report(
     """The regression runs: per metric mean, n and 95% CI, the baseline comparison; a trend chart."""
     from ragloop.experiments.regression_report import regression_history, render_markdown, write_report
 
-    with _store() as store:
+    with open_store() as store:
         history = regression_history(store, limit=limit)
     files = write_report(history, out_dir) if out_dir is not None else {}
     if json_:

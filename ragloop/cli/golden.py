@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ragloop.cli.common import CollectionOpt, JsonOpt, fail, out, print_json, settings
+from ragloop.cli.common import CollectionOpt, JsonOpt, emit, fail, open_store, settings
 
 if TYPE_CHECKING:
     from ragloop.store import Store
@@ -29,22 +29,6 @@ VersionOpt = Annotated[int | None, typer.Option("--version", min=0, help="A gold
 
 def register(app: typer.Typer) -> None:
     app.add_typer(golden_app, name="golden")
-
-
-def _store() -> Store:
-    from ragloop.store import Store
-
-    try:
-        return Store.open()
-    except Exception as exc:
-        fail(f"cannot open the store: {exc}")
-
-
-def _emit(data: Any, json_: bool, human: str) -> None:
-    if json_:
-        print_json(data)
-    else:
-        out.print(human, highlight=False)
 
 
 def _guard(fn: Callable[[], Any]) -> Any:
@@ -64,9 +48,9 @@ def golden_import(file: Path, json_: JsonOpt = False) -> None:
     """Add the file's questions to the database set as one version (questions already live are skipped)."""
     from ragloop.experiments.golden import import_jsonl
 
-    with _store() as store:
+    with open_store() as store:
         res = _guard(lambda: import_jsonl(store, file, created_by=ACTOR))
-    _emit(res.to_json(), json_, f"imported {res.added} ({res.held_out} held out), skipped {res.skipped}")
+    emit(res.to_json(), json_, f"imported {res.added} ({res.held_out} held out), skipped {res.skipped}")
 
 
 @golden_app.command("export")
@@ -79,9 +63,9 @@ def golden_export(
     """Write the live set (or the set at --version) as harness JSONL (`ragloop eval run --golden FILE`)."""
     from ragloop.experiments.golden import export_jsonl
 
-    with _store() as store:
+    with open_store() as store:
         n = _guard(lambda: export_jsonl(store, file, include_held_out=not without_held_out, version=version))
-    _emit({"exported": n, "path": str(file), "version": version}, json_, f"exported {n} entries to {file}")
+    emit({"exported": n, "path": str(file), "version": version}, json_, f"exported {n} entries to {file}")
 
 
 @golden_app.command("list")
@@ -89,14 +73,14 @@ def golden_list(version: VersionOpt = None, json_: JsonOpt = False) -> None:
     """The live entries (or those of --version); H marks the held-out share."""
     from ragloop.experiments.golden import entry_json
 
-    with _store() as store:
+    with open_store() as store:
         rows = _guard(
             lambda: (
                 store.golden.current_golden_set() if version is None else store.golden.golden_set_at_version(version)
             )
         )
         data = [entry_json(e) for e in rows]
-    _emit(
+    emit(
         data,
         json_,
         "\n".join(f"{r['entry_id']}  {'H' if r['held_out'] else ' '}  {r['question'][:90]}" for r in data),
@@ -131,12 +115,12 @@ def golden_add(
         domain_tags=tag or [],
         should_refuse=unanswerable,
     )
-    with _store() as store:
+    with open_store() as store:
         row = add_entry(store, line, created_by=ACTOR, source=GoldenSource.HUMAN)
         store.audit.record(
             "golden_add", triggered_by="ragloop golden add", actor=ACTOR, evidence={"entry_id": row.entry_id}
         )
-    _emit(entry_json(row), json_, f"added {row.entry_id} (version {row.added_in}){' held out' if row.held_out else ''}")
+    emit(entry_json(row), json_, f"added {row.entry_id} (version {row.added_in}){' held out' if row.held_out else ''}")
 
 
 @golden_app.command("revise")
@@ -157,11 +141,11 @@ def golden_revise(
     changes |= {"required_doc_ids": doc, "domain_tags": tag}
     if all(v is None for v in changes.values()):
         fail("give at least one of --question, --answer, --difficulty, --doc, --tag")
-    with _store() as store:
+    with open_store() as store:
         row = _guard(lambda: revise(store, entry_id, actor=ACTOR, note=note, **changes))
         evidence = {"entry_id": entry_id, "new_entry_id": row.entry_id}
         store.audit.record("golden_revise", triggered_by="ragloop golden revise", actor=ACTOR, evidence=evidence)
-    _emit(entry_json(row), json_, f"revised {entry_id} → {row.entry_id} (version {row.added_in})")
+    emit(entry_json(row), json_, f"revised {entry_id} → {row.entry_id} (version {row.added_in})")
 
 
 @golden_app.command("deprecate")
@@ -171,18 +155,18 @@ def golden_deprecate(
     """Retire an entry (a new version without it)."""
     from ragloop.experiments.golden import entry_json
 
-    with _store() as store:
+    with open_store() as store:
         row = _guard(lambda: store.golden.deprecate_golden_entry(entry_id, actor=ACTOR, note=note))
         store.audit.record(
             "golden_deprecate", triggered_by="ragloop golden deprecate", actor=ACTOR, evidence={"entry_id": entry_id}
         )
-    _emit(entry_json(row), json_, f"deprecated {entry_id} (version {row.deprecated_in})")
+    emit(entry_json(row), json_, f"deprecated {entry_id} (version {row.deprecated_in})")
 
 
 @golden_app.command("versions")
 def golden_versions(limit: Annotated[int, typer.Option("--limit", min=1)] = 50, json_: JsonOpt = False) -> None:
     """The change log, newest first: each version, what made it, who, and how many entries it touched."""
-    with _store() as store:
+    with open_store() as store:
         rows = store.golden.versions(limit=limit)
         head = store.golden.golden_set_version()
     versions: list[dict[str, Any]] = [
@@ -202,7 +186,7 @@ def golden_versions(limit: Annotated[int, typer.Option("--limit", min=1)] = 50, 
         f"{v['version']:>5}  {v['kind']:<9} +{len(v['added'])} -{len(v['deprecated'])}  {v['actor']}  {v['created_at']}"
         for v in versions
     ]
-    _emit(data, json_, "\n".join(lines) or "no versions yet")
+    emit(data, json_, "\n".join(lines) or "no versions yet")
 
 
 @golden_app.command("diff")
@@ -212,14 +196,14 @@ def golden_diff(
     """Entries added, deprecated and changed between two versions (TO defaults to the current one)."""
     from ragloop.experiments.golden_versions import diff_versions
 
-    with _store() as store:
+    with open_store() as store:
         b = store.golden.golden_set_version() if to_version is None else to_version
         d = _guard(lambda: diff_versions(store, from_version, b))
     human = [f"{from_version} → {b}: +{len(d.added)} added, -{len(d.deprecated)} deprecated, ~{len(d.changed)} changed"]
     human += [f"  + {e.question[:100]}" for e in d.added]
     human += [f"  - {e.question[:100]}" for e in d.deprecated]
     human += [f"  ~ {c.after.question[:80]}  ({', '.join(c.fields)})" for c in d.changed]
-    _emit(d.to_json(), json_, "\n".join(human))
+    emit(d.to_json(), json_, "\n".join(human))
 
 
 @golden_app.command("summary")
@@ -238,7 +222,7 @@ def golden_summary(
     from ragloop.experiments.golden_versions import target_mix as parse_mix
 
     mix = _guard(lambda: parse_mix(target_mix if target_mix is not None else os.environ.get(TARGET_MIX_ENV)))
-    with _store() as store:
+    with open_store() as store:
         data = _guard(lambda: summary(store, mix, version=version))
     head = f"version {data['golden_set_version']}: {data['count']} entries, {data['held_out']} held out"
     lines = [f"{head}; by source {data['by_source']}"]
@@ -248,7 +232,7 @@ def golden_summary(
         lines.append(
             f"  {r['difficulty']:<9} {r['count']:>4}/{r['n']:<4} {share} {ci}  target {r['target']:.2f}  {r['verdict']}"
         )
-    _emit(data, json_, "\n".join(lines))
+    emit(data, json_, "\n".join(lines))
 
 
 # --------------------------------------------------------------------------- review queue
@@ -266,12 +250,12 @@ def review_list(
 
     if status not in set(CandidateStatus):
         fail(f"--status must be one of {', '.join(CandidateStatus)}")
-    with _store() as store:
+    with open_store() as store:
         rows = [review_json(c) for c in store.golden_candidates.by_status(status=status, limit=limit)]
     human = "\n\n".join(
         f"{r['candidate_id']}  [{r['source']}]\n  Q: {r['question']}\n  A: {r['proposed_answer'][:400]}" for r in rows
     )
-    _emit(rows, json_, human or f"no {status} candidates")
+    emit(rows, json_, human or f"no {status} candidates")
 
 
 @review_app.command("approve")
@@ -287,11 +271,11 @@ def review_approve(
     """Approve a candidate: it enters the golden set (a new version) with you as its approver."""
     from ragloop.experiments.golden_review import approve
 
-    with _store() as store:
+    with open_store() as store:
         res = _guard(
             lambda: approve(store, candidate_id, reviewer=ACTOR, expected_answer=answer, question=question, note=note)
         )
-    _emit(res, json_, f"approved {candidate_id}: entry {res['entry']['entry_id']} (version {res['entry']['added_in']})")
+    emit(res, json_, f"approved {candidate_id}: entry {res['entry']['entry_id']} (version {res['entry']['added_in']})")
 
 
 @review_app.command("reject")
@@ -300,9 +284,9 @@ def review_reject(
 ) -> None:
     from ragloop.experiments.golden_review import reject
 
-    with _store() as store:
+    with open_store() as store:
         res = _guard(lambda: reject(store, candidate_id, reviewer=ACTOR, note=note))
-    _emit(res, json_, f"rejected {candidate_id}")
+    emit(res, json_, f"rejected {candidate_id}")
 
 
 # --------------------------------------------------------------------------- machines that propose
@@ -314,11 +298,9 @@ def golden_nominate(json_: JsonOpt = False) -> None:
     ratings, no negative feedback); what it finds waits for review."""
     from ragloop.experiments.golden_review import nominate
 
-    with _store() as store:
+    with open_store() as store:
         rep = nominate(store, actor=ACTOR)
-    _emit(
-        rep.to_json(), json_, f"nominated {len(rep.nominated)} of {rep.considered} rated answers; {rep.not_nominated}"
-    )
+    emit(rep.to_json(), json_, f"nominated {len(rep.nominated)} of {rep.considered} rated answers; {rep.not_nominated}")
 
 
 def _coverage(store: Store, collection: str, radius: float, days: float) -> Any:
@@ -348,9 +330,9 @@ def golden_coverage(
     collection: CollectionOpt = "default", radius: RadiusOpt = 0.5, days: DaysOpt = 7.0, json_: JsonOpt = False
 ) -> None:
     """The share of recent production queries the golden set covers (n, 95% CI), and the uncovered clusters."""
-    with _store() as store:
+    with open_store() as store:
         rep = _coverage(store, collection, radius, days)
-    _emit(rep.to_json(), json_, "\n".join(_coverage_lines(rep)))
+    emit(rep.to_json(), json_, "\n".join(_coverage_lines(rep)))
 
 
 @golden_app.command("generate")
@@ -369,7 +351,7 @@ def golden_generate(
     from ragloop.experiments.golden_review import review_json
     from ragloop.models.chat.base import run_sync
 
-    with _store() as store:
+    with open_store() as store:
         rep = _coverage(store, collection, radius, days)
         chat = _guard(lambda: make_generator_chat(settings(), chat_model, "auto"))
         try:
@@ -386,4 +368,4 @@ def golden_generate(
         }
     tail = f"{len(rows)} new candidates ({result.generator}) await review: ragloop golden review list"
     human = [*_coverage_lines(rep), tail]
-    _emit(data, json_, "\n".join(human))
+    emit(data, json_, "\n".join(human))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ragloop.cli.common import JsonOpt, console, fail, out, print_json, settings
+from ragloop.cli.common import JsonOpt, console, fail, open_store, out, print_json, settings
 
 if TYPE_CHECKING:
     from ragloop.store import Store
@@ -29,15 +29,6 @@ UrlOpt = Annotated[
 
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="improve")
-
-
-def _store(url: str | None) -> Store:
-    from ragloop.store import Store
-
-    try:
-        return Store.open(url)
-    except Exception as exc:
-        fail(f"cannot open the database: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
 def _remediation_pass(store: Store) -> dict[str, Any]:
@@ -68,7 +59,7 @@ def run(
     except ValueError as exc:
         fail(str(exc))
     worker = f"improve-run:{socket.gethostname()}:{os.getpid()}"
-    with _store(database_url) as store:
+    with open_store(database_url) as store:
         engine = DiagnosisEngine(store, settings(), config)
         try:
             report = asyncio.run(engine.run_pass(worker, max_jobs=max_jobs)).to_json()
@@ -115,7 +106,7 @@ def status_data(store: Store) -> dict[str, Any]:
 def status(json_: JsonOpt = False, database_url: UrlOpt = None) -> None:
     """Diagnoses by status and failure mode, diagnosis jobs, open knowledge gaps, actions by status, and
     tier 1's serving model and whether it is in monitor mode."""
-    with _store(database_url) as store:
+    with open_store(database_url) as store:
         data = status_data(store)
     if json_:
         print_json(data)
@@ -134,7 +125,7 @@ def gaps(
     database_url: UrlOpt = None,
 ) -> None:
     """The knowledge-gap log, largest groups first: what the collection cannot answer, and what to write."""
-    with _store(database_url) as store:
+    with open_store(database_url) as store:
         rows = store.knowledge_gaps.listed(collection=collection, status=None if all_ else "open", limit=limit)
     data: list[dict[str, Any]] = [
         {
