@@ -104,3 +104,34 @@ def test_concurrent_activations_leave_exactly_one_active(store: Store, db: Datab
         t.join(60)
     assert errors == []
     assert len(_active(store)) == 1
+
+
+def test_servers_starting_together_register_and_activate_one_version(store_url: str, store: Store) -> None:
+    """Each "server" has its own connection pool, like a process; all start with the same config.
+    Before `register` took the version writers' lock, all but one failed on PostgreSQL's primary key."""
+    from ragloop.service.pipelines import ensure_active_version
+
+    others = [Store.open(store_url) for _ in range(4)]
+    errors: list[BaseException] = []
+    try:
+        for k in (3, 4, 5):  # a few rounds: the race is narrow
+            cfg = PipelineConfig().with_overrides(retrieval={"k": k})
+            start = threading.Barrier(len(others))
+
+            def server(s: Store, cfg: PipelineConfig = cfg, start: threading.Barrier = start) -> None:
+                try:
+                    start.wait()
+                    ensure_active_version(s, cfg)
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=server, args=(s,)) for s in others]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert errors == []
+            assert _active(store) == [cfg.version_id]
+    finally:
+        for s in others:
+            s.close()

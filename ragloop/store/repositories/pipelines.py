@@ -33,8 +33,11 @@ class PipelineVersions:
     ) -> PipelineVersion:
         """Store a configuration as a candidate; registering the same version again returns the stored
         row (versions are immutable: its parent and creator stay the first registration's). The id is
-        a hash of the config, so the same id with a different config is an error."""
+        a hash of the config, so the same id with a different config is an error. Serialised with the
+        other version writers: servers started together register the same start-up config at once, and
+        without the lock all but one failed on the primary key (and did not start)."""
         with self.db.transaction() as s:
+            _serialize(s, "pipeline_versions")
             row = s.get(PipelineVersion, version_id)
             if row is not None:
                 if row.config != dict(config):
