@@ -6,6 +6,10 @@ per conversation. The conversation log is SQLAlchemy Core, so the same code serv
 `ConversationMemory` holds the two URLs; the service points both at its PostgreSQL database (when
 it has one) so every instance on that database shares every conversation, and opens one
 connection pool for the checkpoints for its lifetime.
+
+Both are written without personal data: the log's messages go through the `Redactor`
+(`ragloop.text.pii`), and every checkpointer made here is a redacting one
+(`ragloop.agent.memory_redaction`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from sqlalchemy import (
 )
 
 from ragloop.agent.details import DETAILS, OtherDetail
+from ragloop.agent.memory_redaction import redacting, redacting_saver
 from ragloop.agent.types import (
     Citation,
     CycleRecord,
@@ -46,6 +51,7 @@ from ragloop.agent.types import (
     TraceRecord,
 )
 from ragloop.sqlite import BUSY_TIMEOUT_S, apply_pragmas_async, is_memory, sqlite_engine
+from ragloop.text.pii import Redactor, default_redactor
 
 # our types in the graph state; LangGraph loads only allow-listed types from a checkpoint (a warning
 # now, blocked in strict mode and in future versions), so they are named explicitly
@@ -109,7 +115,8 @@ def _libpq_url(url: str) -> str:
 class ConversationLog:
     """Every message of every thread, uncut: SQLite (`sqlite:///path`) or PostgreSQL (`postgresql://...`)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, redactor: Redactor | None = None) -> None:
+        self.redactor = redactor or default_redactor()
         url = _sqlalchemy_url(url)
         if url.startswith("sqlite"):
             # durability "full": every message of a user's history (see ragloop.sqlite for the policy)
@@ -127,8 +134,8 @@ class ConversationLog:
                 insert(conversation_log).values(
                     thread_id=thread_id,
                     role=role,
-                    content=content,
-                    meta=json.dumps(meta or {}),
+                    content=self.redactor.redact(content),
+                    meta=json.dumps(self.redactor.redact_deep(meta or {})),
                     at=time.time(),
                 )
             )
@@ -161,9 +168,13 @@ class ConversationLog:
 
 
 @asynccontextmanager
-async def open_checkpointer(url: str, *, setup: bool = True) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+async def open_checkpointer(
+    url: str, *, setup: bool = True, redactor: Redactor | None = None
+) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     """`sqlite:///path` (default) or `postgresql://...` (needs the `postgres` extra): one connection
-    for the block. `setup=False` skips creating/migrating the PostgreSQL tables (already done)."""
+    for the block. `setup=False` skips creating/migrating the PostgreSQL tables (already done).
+    What it writes is redacted by `redactor` (default: the environment's)."""
+    redactor = redactor or default_redactor()
     if url.startswith("sqlite"):
         import aiosqlite
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -173,12 +184,13 @@ async def open_checkpointer(url: str, *, setup: bool = True) -> AsyncIterator[Ba
             # concurrent turns (the service) must not fail on a writer lock: WAL and the busy timeout;
             # durability "full": a conversation's state (see ragloop.sqlite for the policy)
             await apply_pragmas_async(db, durability="full", wal=not is_memory(path))
-            yield AsyncSqliteSaver(db, serde=checkpoint_serde())
+            yield redacting_saver(AsyncSqliteSaver, redactor, db, serde=checkpoint_serde())
     elif is_postgres(url):
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
         conn = _libpq_url(url)
-        async with AsyncPostgresSaver.from_conn_string(conn, serde=checkpoint_serde()) as saver:
+        async with redacting(AsyncPostgresSaver).from_conn_string(conn, serde=checkpoint_serde()) as saver:
+            saver.redactor = redactor
             if setup:
                 await _setup_postgres(saver, conn)
             yield saver
@@ -220,7 +232,8 @@ class ConversationMemory:
     aiosqlite thread.
     """
 
-    def __init__(self, checkpointer_url: str, log_url: str) -> None:
+    def __init__(self, checkpointer_url: str, log_url: str, redactor: Redactor | None = None) -> None:
+        self.redactor = redactor or default_redactor()
         self.checkpointer_url = checkpointer_url
         self.log_url = log_url
         self._log: ConversationLog | None = None
@@ -233,7 +246,7 @@ class ConversationMemory:
     def log(self) -> ConversationLog:
         with self._log_lock:
             if self._log is None:
-                self._log = ConversationLog(self.log_url)
+                self._log = ConversationLog(self.log_url, self.redactor)
             return self._log
 
     @property
@@ -281,9 +294,9 @@ class ConversationMemory:
         if self._pool is not None:
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-            yield AsyncPostgresSaver(self._pool, serde=self._serde)
+            yield redacting_saver(AsyncPostgresSaver, self.redactor, self._pool, serde=self._serde)
             return
-        async with open_checkpointer(self.checkpointer_url, setup=not self._set_up) as saver:
+        async with open_checkpointer(self.checkpointer_url, setup=not self._set_up, redactor=self.redactor) as saver:
             self._set_up = True
             yield saver
 

@@ -231,7 +231,11 @@ def _redact_arg(value: Any) -> Any:
 
 
 def install_log_redaction(*logger_names: str) -> RedactKeys:
-    """Attach the filter to the named loggers and to every handler of the root logger."""
+    """Attach the filter to the named loggers and to every handler of the root logger; and redact personal
+    data (`ragloop.text.pii`) from every record the process makes."""
+    from ragloop.text.pii import install_log_redaction as install_pii
+
+    install_pii()
     flt = RedactKeys()
     for name in logger_names or ("ragloop", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx"):
         logging.getLogger(name).addFilter(flt)

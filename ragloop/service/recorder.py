@@ -26,6 +26,11 @@ appear later. A commit already under way when the budget ends is waited for a li
 (`COMMIT_GRACE_S`): if it lands the client gets the answer after all. The write is idempotent by
 answer id (the answer row is checked first; a job is unique per answer and tier), so a retry after
 a commit whose acknowledgement was lost stores nothing twice.
+
+Personal data: the stored copy (question, answer text, trace, residual deficiencies and the job's
+payload) goes through the `Redactor` (`ragloop.text.pii`) inside `_write`; the `AnswerRecord` the
+client's response is built from is left as it was, so the user sees the answer unchanged. The
+diagnosis, the oracle and the judge read the redacted question, as every later reader does.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from ragloop.models.chat import estimate_tokens
 from ragloop.service.metrics import ServiceMetrics
 from ragloop.store import Store
 from ragloop.store.vocabulary import Tier
+from ragloop.text.pii import Redactor, default_redactor
 
 if TYPE_CHECKING:
     from ragloop.agent.api import Answer
@@ -121,9 +127,24 @@ def _retrieved(fut: asyncio.Future[None]) -> None:
         fut.exception()
 
 
-def evaluation_payload(rec: AnswerRecord) -> EvaluationPayload:
-    """What the evaluation tiers need, copied into the job so a worker never needs the index."""
-    return EvaluationPayload.from_answer(rec.question, rec.answer)
+def evaluation_payload(rec: AnswerRecord, redactor: Redactor | None = None) -> EvaluationPayload:
+    """What the evaluation tiers need, copied into the job so a worker never needs the index; its
+    question and answer redacted (the retrieved documents' text is the collection's, kept as is)."""
+    payload = EvaluationPayload.from_answer(rec.question, rec.answer)
+    return redact_payload(payload, redactor or default_redactor())
+
+
+def redact_payload(payload: EvaluationPayload, redactor: Redactor) -> EvaluationPayload:
+    if not redactor.enabled:
+        return payload
+    return payload.model_copy(
+        update={
+            "question": redactor.redact(payload.question),
+            "standalone_question": redactor.redact(payload.standalone_question),
+            "answer": redactor.redact_optional(payload.answer),
+            "reference": redactor.redact_optional(payload.reference),
+        }
+    )
 
 
 def transient(exc: BaseException) -> bool:
@@ -148,8 +169,10 @@ class AnswerRecorder:
         *,
         on_queued: Callable[[], None] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        redactor: Redactor | None = None,
     ) -> None:
         self.store = store
+        self.redactor = redactor or default_redactor()
         self.metrics = metrics
         self.on_queued = on_queued
         self.timeout_s = timeout_s
@@ -158,7 +181,7 @@ class AnswerRecorder:
     async def store_answer(self, rec: AnswerRecord) -> None:
         """Commit the answer and its tier-1 job; raises `AnswerNotStoredError` when that cannot be done
         within `timeout_s` (then nothing is stored, except a commit that had already begun)."""
-        payload = evaluation_payload(rec)
+        payload = evaluation_payload(rec, self.redactor)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         reason = f"no attempt finished within {self.timeout_s:g} s"
@@ -200,6 +223,7 @@ class AnswerRecorder:
 
     def _write(self, rec: AnswerRecord, payload: EvaluationPayload, gate: _Gate, budget_s: float) -> None:
         ans = rec.answer
+        red = self.redactor
         started = time.monotonic()
         with self.store.db.transaction() as session:
             if self.store.db.dialect == "postgresql":  # a blocked statement gives up by itself
@@ -211,15 +235,15 @@ class AnswerRecorder:
                 answer_id=rec.answer_id,
                 session_id=rec.session_id,
                 user_id=rec.user_id,
-                question=rec.question,
-                answer_text=ans.answer,
+                question=red.redact(rec.question),
+                answer_text=red.redact(ans.answer),
                 pipeline_version=ans.pipeline_version,
                 citations=rec.citations(),
                 confidence=round(ans.quality_score, 4),
                 refused=ans.refused,
                 termination_reason=ans.termination_reason,
-                residual_deficiencies=list(ans.residual_deficiencies),
-                trace=StoredTrace.of(ans, rec.degraded).stored(),
+                residual_deficiencies=[red.redact(d) for d in ans.residual_deficiencies],
+                trace=red.redact_deep(StoredTrace.of(ans, rec.degraded).stored()),
                 latency_ms=rec.latency_ms,
                 token_count=estimate_tokens(ans.answer),
                 retrieved_chunk_ids=[r.chunk_id for r in payload.retrieved],

@@ -19,6 +19,7 @@ from ragloop.service.pipelines import AgentManager, ExperimentRouter
 from ragloop.service.recorder import AnswerRecorder
 from ragloop.service.worker import EvaluationWorker
 from ragloop.store import Store
+from ragloop.text.pii import Redactor
 
 log = logging.getLogger("ragloop.service")
 
@@ -39,6 +40,11 @@ class ServiceState:
     loops: PeriodicTasks | None = None
     started_at: float = field(default_factory=time.time)
     answer_slots: asyncio.Semaphore | None = None
+
+    @property
+    def redactor(self) -> Redactor:
+        """The instance's one `Redactor` (the recorder's): feedback and reviews are redacted with it too."""
+        return self.recorder.redactor
 
     def slots(self) -> asyncio.Semaphore:
         """Bounds concurrent graph runs (created lazily, inside the serving event loop)."""

@@ -6,6 +6,10 @@ stored JSON. Entries past the TTL are misses and are deleted; past the size cap 
 bytes) the least recently used go first. Failures are never cached. Streaming passes through.
 The file is read and written in a worker thread (the answer graph's event loop never waits on a
 SQLite lock), and a cache that cannot be read or written costs a miss and a warning, never the call.
+
+Personal data: the key is a hash of the request, but the entry holds the response's text, so a
+response in which the `Redactor` (`ragloop.text.pii`) finds personal data is not cached (redacting
+it would change what a later hit returns; storing it would keep the data under `RAGLOOP_HOME`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ragloop.models.chat.base import ChatModel, ChatRequest, ChatResponse
 from ragloop.models.chat.db import ChatCacheDB, chat_cache
 from ragloop.models.chat.wrappers import WrapperModel
+from ragloop.text.pii import Redactor, default_redactor
 
 log = logging.getLogger("ragloop.models")
 
@@ -36,8 +41,12 @@ class Cached(WrapperModel):
         max_bytes: int | None = 512 * 1024 * 1024,
         clock: Callable[[], float] = time.time,
         close_db: bool = False,
+        redactor: Redactor | None = None,
     ) -> None:
         super().__init__(inner)
+        self.redactor = redactor or default_redactor()
+        self.personal = 0
+        """Responses not cached because they held personal data."""
         self.db = db
         self.close_db = close_db  # True when this wrapper owns the database (see `registry.wrap`)
         self.ttl_s = ttl_s
@@ -73,6 +82,9 @@ class Cached(WrapperModel):
 
     def _put(self, key: str, resp: ChatResponse) -> None:
         blob = resp.model_copy(update={"cached": False}).model_dump_json()
+        if self.redactor.find(resp.text) or (resp.parsed is not None and self.redactor.find(blob)):
+            self.personal += 1
+            return
         now = self.clock()
         values = {
             "model": self.inner.name,

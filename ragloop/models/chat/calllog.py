@@ -18,6 +18,10 @@ refused because its accounting could not be written. Cache hits are logged (`cac
 cost nothing; failed calls are logged with their error class, and a structured-output failure still
 books the tokens it spent. Prices are USD per million tokens: defaults below, overridden by the
 JSON file named in `RAGLOOP_MODEL_PRICES` (`{"openai:gpt-4o-mini": [0.15, 0.6], "openai:*": [1, 2]}`).
+
+Personal data: the prompt's messages, the response and the error text are redacted (`ragloop.text.pii`,
+`[EMAIL]`, `[CARD]`, ...) before they reach the sink, whatever the sink is; the caller still gets the
+model's response as it came.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Any, Protocol
 from ragloop.models.chat.base import ChatModel, ChatRequest, ChatResponse, Usage, estimate_tokens
 from ragloop.models.chat.wrappers import WrapperModel
 from ragloop.models.errors import ModelError, StructuredOutputError
+from ragloop.text.pii import Redactor, default_redactor
 
 log = logging.getLogger("ragloop.models")
 
@@ -230,9 +235,11 @@ class Logged(WrapperModel):
         *,
         purpose: str | None = None,
         prices: PriceTable | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         super().__init__(inner)
         self.sink = sink
+        self.redactor = redactor or default_redactor()
         self.purpose = purpose
         self.prices = prices or PriceTable.from_env()
         self.failed_writes = 0
@@ -248,18 +255,19 @@ class Logged(WrapperModel):
         error: str | None,
     ) -> None:
         scope = current_scope()
+        red = self.redactor
         row: dict[str, Any] = {
             "model": self.name,
             "purpose": scope.purpose or self.purpose or CallPurpose.UNATTRIBUTED,
-            "prompt": [m.model_dump() for m in req.messages],
-            "response": text,
+            "prompt": [red.redact_deep(m.model_dump()) for m in req.messages],
+            "response": red.redact_optional(text),
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "latency_ms": round(latency_ms, 3),
             "cost_usd": 0.0 if cached else self.prices.cost(self.name, usage),
             "answer_id": scope.answer_id,
             "run_id": req.run_id or scope.run_id,
-            "error": error,
+            "error": red.redact_optional(error),
             "cached": cached,
             "step": scope.step,
         }

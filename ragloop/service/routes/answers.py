@@ -93,8 +93,10 @@ async def post_feedback(
 ) -> FeedbackPublic:
     """Negative feedback sends the answer to the tier-2 judge and to failure diagnosis; a correction
     (the ideal answer the diagnosis reads) does too, and it or highlighted passages also send the answer
-    to human review (tier 3). The feedback and its jobs are written in one transaction."""
+    to human review (tier 3). The feedback and its jobs are written in one transaction; its text (the
+    correction, the highlighted passages) is stored redacted (`ragloop.text.pii`)."""
     await owned_answer(svc, caller, answer_id)
+    body = svc.redactor.redact_deep(body)
     detailed = bool(body.corrected_answer or body.highlighted_passages)
     passages = [p.model_dump() for p in body.highlighted_passages]
     store = svc.store

@@ -54,8 +54,10 @@ def review_queue(
 def submit_review(
     answer_id: Annotated[str, Path(pattern=ID_PATTERN)], body: ReviewCreate, svc: ServiceDep, admin: AdminDep
 ) -> EvaluationPublic:
-    """Records a `human` evaluation and closes the answer's review job, if one waits, in one transaction."""
+    """Records a `human` evaluation and closes the answer's review job, if one waits, in one transaction.
+    The reviewer's correction and notes are stored redacted (`ragloop.text.pii`)."""
     store = svc.store
+    body = svc.redactor.redact_deep(body)
     with store.db.transaction() as s:
         if s.get(Answer, answer_id) is None:
             raise HTTPException(404, f"no answer {answer_id!r}")
