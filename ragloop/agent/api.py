@@ -18,9 +18,11 @@ from ragloop.agent.graph import build_graph
 from ragloop.agent.memory import ConversationLog, ConversationMemory
 from ragloop.agent.nodes.validate import CITE
 from ragloop.agent.runtime import Runtime
+from ragloop.agent.spans import answer_attributes, graph_input_attributes
 from ragloop.agent.state import turn_input
 from ragloop.config import PipelineConfig, Settings
 from ragloop.retrieval.collection import Collection
+from ragloop.tracing import set_attributes, span
 
 
 class Agent:
@@ -81,15 +83,19 @@ class Agent:
             raise ValueError("the question is empty")
         state: dict[str, Any] = {}
         inputs = turn_input(question, session_id=thread_id or "")
-        if thread_id:
-            async with self.memory.checkpointer() as saver:
-                graph = self._compiled.copy({"checkpointer": saver})
-                async for ev in self._run(graph, inputs, thread_id, state):
+        # the turn's span: the node spans are its children (LangGraph runs nodes in tasks that copy the context)
+        with span("ragloop.graph", graph_input_attributes(question, thread_id)) as sp:
+            if thread_id:
+                async with self.memory.checkpointer() as saver:
+                    graph = self._compiled.copy({"checkpointer": saver})
+                    async for ev in self._run(graph, inputs, thread_id, state):
+                        yield ev
+            else:
+                async for ev in self._run(self._compiled, inputs, None, state):
                     yield ev
-        else:
-            async for ev in self._run(self._compiled, inputs, None, state):
-                yield ev
-        ans = answer_from_state(state, question, thread_id, self.config.version_id, t0)
+            ans = answer_from_state(state, question, thread_id, self.config.version_id, t0)
+            if sp is not None:
+                set_attributes(sp, answer_attributes(ans))
         if thread_id:
             await asyncio.to_thread(self._log_turn, thread_id, question, ans)
         yield AnswerEvent(answer=ans)

@@ -25,9 +25,11 @@ from ragloop.agent.nodes.retrieve import retrieve
 from ragloop.agent.nodes.rewrite import rewrite
 from ragloop.agent.nodes.validate import validate_citations
 from ragloop.agent.runtime import NodeResult, Runtime, budget_exceeded
+from ragloop.agent.spans import node_attributes
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import TraceRecord
 from ragloop.models.chat import call_scope
+from ragloop.tracing import set_attributes, span
 
 NodeFn = Callable[[AgentState, Runtime], Awaitable[NodeResult]]
 NODES: dict[str, NodeFn] = {
@@ -52,17 +54,21 @@ def _bind(name: str, fn: NodeFn, rt: Runtime) -> Callable[[AgentState], Awaitabl
             reason = budget_exceeded(state, rt)
             if reason:
                 state = {**state, "termination_reason": reason}
-        with call_scope(step=name):  # the call log names the node that made each model call
-            res = await fn(state, rt)
-        record = TraceRecord(
-            node=name,
-            decision=res.decision,
-            detail=parse_detail(name, res.detail, strict=True),
-            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-            tokens=res.tokens,
-            cost=res.cost,
-            cached=res.cached,
-        )
+        # one span per step (its model calls are its children); its attributes are the step's record
+        with span(name) as sp:
+            with call_scope(step=name):  # the call log names the node that made each model call
+                res = await fn(state, rt)
+            record = TraceRecord(
+                node=name,
+                decision=res.decision,
+                detail=parse_detail(name, res.detail, strict=True),
+                latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+                tokens=res.tokens,
+                cost=res.cost,
+                cached=res.cached,
+            )
+            if sp is not None:
+                set_attributes(sp, node_attributes(record))
         update = dict(res.update)
         update["trace"] = [record]
         update["steps"] = state.get("steps", 0) + 1

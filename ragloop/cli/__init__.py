@@ -33,4 +33,7 @@ app.add_typer(eval_cli.app, name="eval", help="Evaluation: run suites, reports, 
 
 
 def main() -> None:
+    from ragloop import tracing
+
+    tracing.configure()  # OpenTelemetry spans when the OTEL_* environment names an exporter (off by default)
     app()

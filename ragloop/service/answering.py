@@ -31,6 +31,7 @@ from ragloop.service.recorder import AnswerNotStoredError, AnswerRecord
 from ragloop.service.schemas import CitationPublic, QueryPublic
 from ragloop.service.state import ServiceState
 from ragloop.store import new_id
+from ragloop.tracing import annotate_current
 
 if TYPE_CHECKING:
     from ragloop.agent.api import Answer
@@ -162,6 +163,17 @@ async def answer_events(svc: ServiceState, caller: Caller, turn: Turn) -> AsyncI
             f"the answer could not be stored ({exc.reason}), so it was not delivered; retry the question",
             headers={"Retry-After": "1"},
         ) from None
+    annotate_current(  # the request's span: which answer it delivered (ids and flags, never text)
+        {
+            "ragloop.answer_id": answer_id,
+            "ragloop.collection": turn.collection,
+            "ragloop.pipeline_version": served.version_id,
+            "ragloop.degraded": served.degraded,
+            "ragloop.refused": final.refused,
+            "ragloop.experiment_id": rec.experiment_id or "",
+            "ragloop.variant": rec.variant or "",
+        }
+    )
     svc.metrics.answers.labels(str(final.refused).lower(), str(served.degraded).lower()).inc()
     svc.metrics.answer_latency.observe(latency_ms / 1000)
     yield Answered(rec, to_public(rec, turn.session_id))

@@ -12,6 +12,7 @@ left to drain).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import uuid
@@ -25,6 +26,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.types import Scope
 
+from ragloop import tracing
 from ragloop.config import PipelineConfig, Settings
 from ragloop.improve.clock import SYSTEM_CLOCK, Clock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
@@ -167,6 +169,7 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(checked_params)],  # the input policy for every path and query value
+        **_telemetry(),
     )
     app.state.service = state
     for router in ROUTERS:
@@ -191,6 +194,25 @@ def create_app(
 
     app.add_middleware(BodySizeLimit, limit_for=limit_for)
     return app
+
+
+def _telemetry() -> dict[str, Any]:
+    """FastAPI's own request spans (HTTP semantic conventions, W3C `traceparent` in, the route and status
+    out) on ragloop's tracer provider when tracing is on (`ragloop.tracing`), and off otherwise, even when
+    a global provider exists (one process, one decision). Its metrics and logs stay off: the service has
+    Prometheus metrics and its own logs. FastAPI releases before 0.165 have no `telemetry`: no request span."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    on = tracing.configure()
+    return {
+        "telemetry": {
+            "tracing": on,
+            "tracer_provider": tracing.tracer_provider(),
+            "metrics": False,
+            "logs": False,
+            "operation_spans": False,
+        }
+    }
 
 
 REGRESSION_POLL_S = 300.0
@@ -343,6 +365,7 @@ def _install_access_log(app: FastAPI, metrics: ServiceMetrics) -> None:
     async def access_log(request: Request, call_next: Any) -> Any:
         rid = uuid.uuid4().hex[:12]
         request.state.request_id = rid
+        tracing.annotate_current({"ragloop.request_id": rid})  # the request span, findable from the log line
         start = time.perf_counter()
         status = 500
         try:

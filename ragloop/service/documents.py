@@ -34,6 +34,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragloop import tracing
 from ragloop.config import PipelineConfig, Settings
 from ragloop.ingest.scan import load_chunks
 from ragloop.ingest.types import LoaderError
@@ -219,11 +220,17 @@ class DocumentJobs:
         self._pool.submit(self._run, job)
 
     def _run(self, job: _Job) -> None:
+        attrs: tracing.Attributes = {"ragloop.job.id": job.job_id, "ragloop.job.kind": job.kind}
+        with tracing.span(f"ragloop.document_job {job.kind}", attrs, kind="consumer") as sp:
+            status = self._run_job(job)
+            tracing.set_attributes(sp, {"ragloop.job.status": status or "not_started"})
+
+    def _run_job(self, job: _Job) -> str | None:
         try:
             attempt = self.store.document_jobs.start(job.job_id).attempts
         except Exception as exc:  # finished meanwhile, or the store is down: left for a restart to take up
             log.error("document job %s cannot start: %s", job.job_id, exc)
-            return
+            return None
         progress = _Progress(self.store, job.job_id)
         result: dict[str, Any] | None = None
         error: str | None = None
@@ -237,7 +244,9 @@ class DocumentJobs:
         except Exception as exc:
             error = failure_reason(exc)
             log.warning("document job %s (%s) failed: %s", job.job_id, job.kind, error[:300])
-        self._finish(job, "failed" if error is not None else "succeeded", result, error, progress.state())
+        status = "failed" if error is not None else "succeeded"
+        self._finish(job, status, result, error, progress.state())
+        return status
 
     def _finish(
         self, job: _Job, status: str, result: dict[str, Any] | None, error: str | None, progress: dict[str, Any]

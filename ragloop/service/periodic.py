@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ragloop import tracing
 from ragloop.config.clock import CONFIGURED_CLOCK, real_seconds
 
 log = logging.getLogger("ragloop.service")
@@ -41,7 +42,9 @@ class PeriodicTasks:
         while True:
             await asyncio.sleep(real_seconds(CONFIGURED_CLOCK, interval))
             try:
-                await asyncio.to_thread(fn)
+                # one span per round (in the thread too: `to_thread` copies the context), "error" when it failed
+                with tracing.span(f"ragloop.periodic {name}", {"ragloop.job.kind": name}):
+                    await asyncio.to_thread(fn)
             except Exception:
                 log.exception("periodic task %s failed; it runs again in %.0f s", name, interval)
 

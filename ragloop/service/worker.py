@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ragloop import tracing
 from ragloop.improve.engine import DIAGNOSIS_TIER, DiagnosisEngine, job_call_scope
 from ragloop.improve.evaluate import OnlineEvaluator, Outcome
 from ragloop.improve.judge import Judge
@@ -46,6 +47,19 @@ REMEDIATE_MIN_S = 5.0
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def job_attributes(job: Job, worker_id: str) -> tracing.Attributes | None:
+    """A job span's attributes (None when tracing is off)."""
+    if not tracing.enabled():
+        return None
+    return {
+        "ragloop.job.id": job.job_id,
+        "ragloop.job.kind": job.tier,
+        "ragloop.job.attempts": job.attempts,
+        "ragloop.answer_id": job.answer_id,
+        "ragloop.worker_id": worker_id,
+    }
 
 
 @dataclass
@@ -174,20 +188,23 @@ class EvaluationWorker:
 
     async def process(self, job: Job) -> Processed:
         start = time.perf_counter()
-        if self.job_delay_s:
-            await asyncio.sleep(self.job_delay_s)
-        beat = asyncio.create_task(self._heartbeat(job))
-        try:
-            if self.diagnosis is not None and job.tier == DIAGNOSIS_TIER:
-                outcome = await self.diagnosis.process(job, self.worker_id)
-                self._remediation_due |= self.remediation is not None and outcome == Outcome.COMPLETED
-            else:
-                with job_call_scope(job):  # the judge's and scorer's calls are logged against the answer
-                    outcome = await self.evaluator.process(job, self.worker_id)
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await beat
+        # one span per job (a root: the answer's request is long gone); its judge's model calls are children
+        with tracing.span(f"ragloop.job {job.tier}", job_attributes(job, self.worker_id), kind="consumer") as sp:
+            if self.job_delay_s:
+                await asyncio.sleep(self.job_delay_s)
+            beat = asyncio.create_task(self._heartbeat(job))
+            try:
+                if self.diagnosis is not None and job.tier == DIAGNOSIS_TIER:
+                    outcome = await self.diagnosis.process(job, self.worker_id)
+                    self._remediation_due |= self.remediation is not None and outcome == Outcome.COMPLETED
+                else:
+                    with job_call_scope(job):  # the judge's and scorer's calls are logged against the answer
+                        outcome = await self.evaluator.process(job, self.worker_id)
+            finally:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await beat
+            tracing.set_attributes(sp, {"ragloop.job.status": str(outcome)})
         self.processed += 1
         if self.metrics is not None:
             self.metrics.evaluation_seconds.labels(job.tier).observe(time.perf_counter() - start)

@@ -40,6 +40,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from ragloop import tracing
 from ragloop.models.chat.base import ChatModel, ChatRequest, ChatResponse, Usage, estimate_tokens
 from ragloop.models.chat.wrappers import WrapperModel
 from ragloop.models.errors import ModelError, StructuredOutputError
@@ -225,6 +226,34 @@ def call_scope(
             _scope.reset(token)
 
 
+def call_attributes(row: Mapping[str, Any]) -> tracing.Attributes:
+    """A model call's span attributes, from the row the call log writes (GenAI semantic conventions,
+    which Phoenix and Langfuse read): model, tokens, cost, purpose and step; the prompt and response as
+    lengths unless content capture is allowed."""
+    prompt = row.get("prompt") or []
+    out: tracing.Attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": str(row["model"]),
+        "gen_ai.usage.input_tokens": int(row["prompt_tokens"]),
+        "gen_ai.usage.output_tokens": int(row["completion_tokens"]),
+        "openinference.span.kind": "LLM",
+        "ragloop.purpose": str(row["purpose"]),
+        "ragloop.cached": bool(row["cached"]),
+        "ragloop.latency_ms": float(row["latency_ms"]),
+    }
+    for key in ("step", "run_id", "answer_id"):
+        if row.get(key):
+            out[f"ragloop.{key}"] = str(row[key])
+    if row.get("cost_usd") is not None:
+        out["ragloop.cost_usd"] = float(row["cost_usd"])
+    if row.get("error"):
+        out["error.type"] = str(row["error"]).split(":", 1)[0]
+    out["ragloop.prompt.messages"] = len(prompt)
+    out.update(tracing.text("ragloop.prompt", "\n".join(str(m.get("content", "")) for m in prompt)))
+    out.update(tracing.text("ragloop.response", row.get("response")))
+    return out
+
+
 class Logged(WrapperModel):
     """Writes each call to `sink` with the current `call_scope` (`purpose` when the scope names none)."""
 
@@ -271,6 +300,8 @@ class Logged(WrapperModel):
             "cached": cached,
             "step": scope.step,
         }
+        if tracing.enabled():  # the call's span (opened by `request`/`stream`) carries the same row
+            tracing.annotate_current(call_attributes(row))
         try:
             await asyncio.to_thread(lambda: self.sink.record(**row))
         except Exception as exc:  # the call happened; its log line must not undo it
@@ -278,6 +309,16 @@ class Logged(WrapperModel):
             log.warning("model call to %s not logged: %s: %s", self.name, type(exc).__name__, str(exc)[:200])
 
     async def request(self, req: ChatRequest) -> ChatResponse:
+        with tracing.span(f"chat {self.name}", kind="client"):  # a child of the graph node that asked
+            return await self._request(req)
+
+    async def stream(self, req: ChatRequest) -> AsyncIterator[str]:
+        """Logged once the stream ends; token counts are estimates (streams carry no usage here)."""
+        with tracing.span(f"chat {self.name}", kind="client"):
+            async for piece in self._stream(req):
+                yield piece
+
+    async def _request(self, req: ChatRequest) -> ChatResponse:
         start = time.perf_counter()
         try:
             resp = await self.inner.request(req)
@@ -301,8 +342,7 @@ class Logged(WrapperModel):
         )
         return resp
 
-    async def stream(self, req: ChatRequest) -> AsyncIterator[str]:
-        """Logged once the stream ends; token counts are estimates (streams carry no usage here)."""
+    async def _stream(self, req: ChatRequest) -> AsyncIterator[str]:
         start = time.perf_counter()
         pieces: list[str] = []
         error: str | None = None
