@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS := ann,faiss,openai,local,agent,postgres,service,eval,experiments,redis,otel,dev
+EXTRAS := ann,faiss,openai,local,agent,postgres,pgvector,service,eval,experiments,redis,otel,dev
 
 .PHONY: install demo test lint format bench gate
 

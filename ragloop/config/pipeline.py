@@ -67,7 +67,9 @@ class LexicalConfig(_Knobs):
 
 class DenseConfig(_Knobs):
     embedder: str = "onnx:all-minilm-l6-v2"
-    backend: Literal["exact", "usearch", "faiss", "auto"] = "auto"
+    backend: Literal["exact", "usearch", "faiss", "pgvector", "auto"] = Field(
+        default="auto", description="pgvector: a table on RAGLOOP_PGVECTOR_URL (or RAGLOOP_COLLECTIONS_URL)"
+    )
     ann_threshold: int = Field(default=100_000, description="with backend=auto, ANN above this many chunks")
     batch_size: int = 16
     max_tokens: int = 256

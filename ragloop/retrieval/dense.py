@@ -1,4 +1,5 @@
-"""Vector indexes behind one small protocol: exact numpy search, usearch HNSW, faiss HNSW.
+"""Vector indexes behind one small protocol: exact numpy search, usearch HNSW, faiss HNSW, and
+pgvector HNSW in PostgreSQL (`pgvector_index.py`, shared by every process on the server).
 
 Exact search is the default because below ~100k chunks a matrix-vector product is both faster
 to build (nothing to build) and perfect; ANN pays off only when a query scan gets slow. All
@@ -381,7 +382,7 @@ def _import_faiss() -> Any:
 
 
 def make_vector_index(
-    backend: Literal["exact", "usearch", "faiss", "auto"],
+    backend: Literal["exact", "usearch", "faiss", "pgvector", "auto"],
     dim: int,
     expected_size: int = 0,
     ann_threshold: int = 100_000,
@@ -397,6 +398,10 @@ def make_vector_index(
         return USearchIndex(dim)
     if backend == "faiss":
         return FaissIndex(dim)
+    if backend == "pgvector":  # imported here: psycopg is an extra, and only this backend needs it
+        from ragloop.retrieval.pgvector_index import PgVectorIndex
+
+        return PgVectorIndex(dim)
     if backend == "auto":
         if expected_size <= ann_threshold:
             return ExactIndex(dim)
@@ -421,4 +426,8 @@ def load_vector_index(directory: Path) -> VectorIndex:
         return USearchIndex.load(directory)
     if backend == "faiss":
         return FaissIndex.load(directory)
+    if backend == "pgvector":
+        from ragloop.retrieval.pgvector_index import PgVectorIndex
+
+        return PgVectorIndex.load(directory)
     raise ValueError(f"vector index in {directory} has unknown backend {backend!r}")

@@ -159,4 +159,17 @@ def remove_stale(collection_dir: Path, current: int) -> None:
     keep = {gen_dir(collection_dir, current).name, gen_dir(collection_dir, current - 1).name}
     for p in collection_dir.iterdir():
         if p.name.startswith(GEN_PREFIX) and p.is_dir() and p.name not in keep:
+            _drop_external_vectors(p / "ann")
             shutil.rmtree(p, ignore_errors=True)
+
+
+def _drop_external_vectors(ann: Path) -> None:
+    """A pgvector generation keeps its rows in a server table, not in the folder: drop it too."""
+    try:
+        backend = json.loads((ann / "vectors.json").read_text(encoding="utf-8")).get("backend")
+    except (OSError, ValueError):
+        return
+    if backend == "pgvector":
+        from ragloop.retrieval.pgvector_index import drop_saved
+
+        drop_saved(ann)

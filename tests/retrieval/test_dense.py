@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,7 @@ from ragloop.retrieval.dense import (
 )
 
 DIM = 64
-BACKENDS = ["exact", "usearch", "faiss"]
+BACKENDS = ["exact", "usearch", "faiss", "pgvector"]  # pgvector: a real server (tests/conftest.py)
 
 
 def unit(rows: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
@@ -35,13 +35,21 @@ def true_top(data: np.ndarray, queries: np.ndarray, n: int) -> np.ndarray:
 
 
 @pytest.fixture(params=BACKENDS)
-def make(request: pytest.FixtureRequest) -> Callable[[int], VectorIndex]:
+def make(request: pytest.FixtureRequest) -> Iterator[Callable[[int], VectorIndex]]:
     backend = request.param
+    made: list[VectorIndex] = []
+    if backend == "pgvector":
+        request.getfixturevalue("pgvector_url")  # sets RAGLOOP_PGVECTOR_URL, skips without a server
 
     def factory(dim: int = DIM) -> VectorIndex:
-        return make_vector_index(backend, dim)
+        made.append(make_vector_index(backend, dim))
+        return made[-1]
 
-    return factory
+    yield factory
+    for index in made:  # a server table outlives the test otherwise
+        drop = getattr(index, "drop", None)
+        if drop is not None:
+            drop()
 
 
 @pytest.fixture(scope="module")
