@@ -40,7 +40,7 @@ def stored_rejudge(store: Store, judge: Judge) -> Any:
 
 @drift_app.command("status")
 def drift_status_cmd(json_: JsonOpt = False) -> None:
-    from ragloop.experiments.drift import drift_status
+    from ragloop.experiments.judges import drift_status
 
     with open_store() as store:
         data = drift_status(store)
@@ -56,7 +56,8 @@ def drift_status_cmd(json_: JsonOpt = False) -> None:
     )
     for j in data["unqualified_in_use"]:
         console.print(
-            f"[red]unqualified judge in use: {j['model']} {j['version']} ({j['scores']} recent tier-2 scores)[/]",
+            f"[red]unqualified judge in use: {j['model']} {j['version']} ({j['scores']} recent tier-2 scores, "
+            f"{j['not_counted']} not counted): {j['reason']}[/]",
             highlight=False,
         )
     rubric = data["rubric"]

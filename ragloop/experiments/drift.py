@@ -23,6 +23,10 @@ bound is below it too, `watch` when the interval still reaches it; with fewer th
 or a signal without variance, the check is `insufficient` (nothing is claimed). Every check is
 audited (`rubric_check`, or `rubric_flagged` when flagged); `rubric_due` reads the latest one.
 
+**Enforcement** (`ragloop.experiments.judges`): the worker asks `judge_standing` before it lets a
+tier-2 score count; a judge other than the accepted one writes `unqualified` rows that no decision
+reads. `drift_status` there is what the admin route and `ragloop drift status` show.
+
 Sits in `ragloop.experiments` (no import of improve, service or cli): the judge is a callable.
 """
 
@@ -31,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, astuple, dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -362,48 +366,3 @@ def rubric_due(store: Store, now: datetime, interval_s: float = MONTH_S) -> bool
     if last is None:
         return True
     return now - datetime.fromisoformat(last.window_end) >= timedelta(seconds=interval_s)
-
-
-def judges_in_use(store: Store, limit: int = 500) -> list[dict[str, Any]]:
-    """The pins behind the latest `limit` tier-2 scores, with counts (newest first by first sight)."""
-    from ragloop.store.models import Evaluation
-
-    with store.db.transaction(write=False) as s:
-        rows = s.execute(
-            select(Evaluation.evaluator_model, Evaluation.evaluator_version, Evaluation.evaluator_prompt_sha)
-            .where(Evaluation.evaluation_tier == Tier.LLM_JUDGE, Evaluation.status == EvaluationStatus.COMPLETED)
-            .order_by(Evaluation.evaluated_at.desc())
-            .limit(limit)
-        ).all()
-    counts: dict[tuple[str, str, str], int] = {}
-    for model, version, sha in rows:
-        key = (str(model or ""), str(version or ""), str(sha or ""))
-        counts[key] = counts.get(key, 0) + 1
-    return [{"model": m, "version": v, "prompt_sha": p, "scores": n} for (m, v, p), n in counts.items()]
-
-
-def drift_status(store: Store) -> dict[str, Any]:
-    """What the admin route and `ragloop drift status` show. `unqualified_in_use`: recent tier-2
-    scores from a judge other than the accepted one (the worker judges with whatever it is
-    configured with; this is how an unqualified replacement becomes visible)."""
-    pin = accepted_pin(store)
-    in_use = judges_in_use(store)
-    refused = store.audit.timeline(action_type=REFUSED, limit=5)
-    check = latest_check(store)
-    return {
-        "accepted_judge": asdict(pin) if pin else None,
-        "refused_judges": [
-            {
-                "pin": r.evidence.get("pin"),
-                "reason": (r.evidence.get("result") or {}).get("reason"),
-                "at": r.created_at.isoformat(),
-            }
-            for r in refused
-        ],
-        "judges_in_use": in_use,
-        "unqualified_in_use": [
-            j for j in in_use if pin is not None and (j["model"], j["version"], j["prompt_sha"]) != astuple(pin)
-        ],
-        "rubric": check.to_json() if check else None,
-        "rubric_flagged": bool(check and check.status is RubricStatus.FLAGGED),
-    }

@@ -11,6 +11,11 @@
   so no answer is ever silently left unjudged. A tier-2 score that disagrees with tier 1 by more
   than the threshold makes the answer a review candidate; each day's highest go to human review,
   capped (`review_intake.py`).
+- **Only a qualified judge counts** (`ragloop.experiments.judges.judge_standing`, issue 13's evaluator
+  drift): a tier-2 score by a judge other than the accepted one (or, before any is accepted, the
+  incumbent) is written with status `unqualified`, with the reason in its evidence; every decision
+  that reads tier-2 scores reads `completed` rows only. The standing is read again every
+  `STANDING_TTL_S`, so a `ragloop drift qualify` reaches running workers.
 - **Exactly once**: the evaluation, any follow-up jobs and `complete()` commit in one transaction
   under the job's lease. A worker killed mid-job (even mid-transaction) leaves the job leased; the
   lease expires and the next claim redoes it from scratch.
@@ -31,6 +36,8 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
+from ragloop.experiments.drift import Pin
+from ragloop.experiments.judges import JudgeStanding, judge_standing
 from ragloop.improve.judge import Judge
 from ragloop.improve.payload import EvaluationPayload, answer_payload
 from ragloop.improve.recalibration import MODEL_TTL_S, active_model
@@ -44,6 +51,7 @@ from ragloop.store.vocabulary import AUTOMATIC_TIERS, EvaluationStatus, Tier
 log = logging.getLogger("ragloop.improve.evaluate")
 
 GOLDEN_TTL_S = 60.0
+STANDING_TTL_S = 60.0
 
 
 class Outcome(StrEnum):
@@ -82,6 +90,21 @@ class OnlineEvaluator:
         self.clock = clock
         self.intake = ReviewIntake(store, config)
         self._golden: tuple[float, dict[str, str]] | None = None
+        self._standing: tuple[float, JudgeStanding] | None = None
+
+    def judge_standing(self) -> JudgeStanding | None:
+        """Whether this worker's judge may count (None: no judge); re-read every `STANDING_TTL_S`."""
+        if self.judge is None:
+            return None
+        now = self.clock()
+        if self._standing is None or now - self._standing[0] > STANDING_TTL_S:
+            p = self.judge.pin
+            standing = judge_standing(self.store, Pin(p.model, p.version, p.prompt_sha))
+            if not standing.qualified and (self._standing is None or self._standing[1].qualified):
+                log.warning("judge %s %s is not qualified: its scores will not count (%s)", p.model, p.version,
+                            standing.reason)  # fmt: skip
+            self._standing = (now, standing)
+        return self._standing[1]
 
     @property
     def model(self) -> HeuristicModel:
@@ -203,6 +226,8 @@ class OnlineEvaluator:
         item = p.judge_input()
         result = await judge.evaluate(item)
         overall = result.overall
+        standing = await asyncio.to_thread(self.judge_standing)
+        counts = standing is None or standing.qualified
         assert job.lease_token is not None
         token = job.lease_token
 
@@ -211,7 +236,8 @@ class OnlineEvaluator:
                 tier1 = self.store.evaluations.latest(job.answer_id, Tier.HEURISTIC)
                 h = tier1.heuristic_score if tier1 is not None and tier1.status == EvaluationStatus.COMPLETED else None
                 gap = disagreement(overall, h)
-                candidate = gap is not None and self.intake.offer(job.answer_id, gap)
+                # an unqualified judge's disagreement is no evidence: it sends nobody to review
+                candidate = counts and gap is not None and self.intake.offer(job.answer_id, gap)
                 evidence = dict(result.evidence)
                 evidence.update(
                     overall=overall,
@@ -220,9 +246,12 @@ class OnlineEvaluator:
                     reasons=list(p.reasons),
                     review_candidate=candidate,
                 )
+                if standing is not None and not standing.qualified:
+                    evidence["judge_standing"] = standing.to_json()
                 self.store.evaluations.add(
                     job.answer_id,
                     Tier.LLM_JUDGE,
+                    status=EvaluationStatus.COMPLETED if counts else EvaluationStatus.UNQUALIFIED,
                     scores={k: (round(v, 4) if v is not None else None) for k, v in result.scores.items()},
                     failure_evidence=evidence,
                     evaluator_model=judge.name,

@@ -147,7 +147,7 @@ class EvaluationPublic(_Out):
     eval_id: str
     answer_id: str
     evaluation_tier: EvaluationTier
-    status: Literal["completed", "failed"]
+    status: Literal["completed", "failed", "unqualified"]
     heuristic_score: float | None = None
     scores: dict[str, Any] = Field(default_factory=dict)
     failure_mode: str | None = None

@@ -52,10 +52,15 @@ PENDING: tuple[JobStatus, ...] = (JobStatus.QUEUED, JobStatus.LEASED)
 
 
 class EvaluationStatus(StrEnum):
-    """`failed` records a tier that gave up: an answer is never silently left unevaluated."""
+    """`failed` records a tier that gave up: an answer is never silently left unevaluated; `unqualified`
+    a judgement that must not count."""
 
     COMPLETED = "completed"
     FAILED = "failed"
+    UNQUALIFIED = "unqualified"
+    """A tier-2 score by a judge that is not the accepted one (`ragloop.experiments.drift.judge_standing`):
+    kept for the record and for the judge's own qualification, but read by no decision (every
+    consumer of tier-2 scores reads `completed` rows only)."""
 
 
 class FailureMode(StrEnum):

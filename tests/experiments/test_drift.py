@@ -20,13 +20,13 @@ from ragloop.experiments.drift import (
     Pin,
     RubricStatus,
     accepted_pin,
-    drift_status,
     jaccard,
     pearson_ci,
     qualify,
     rubric_check,
     rubric_due,
 )
+from ragloop.experiments.judges import drift_status
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.judge import ChatJudge, ScorerJudge
 from ragloop.models.scoring import make_scorer
@@ -93,15 +93,18 @@ def test_a_judge_that_agrees_is_accepted_one_that_does_not_is_refused(store: Sto
     assert audit.evidence["pin"]["model"] == "chat:big" and "lower bound is below" in audit.evidence["result"]["reason"]
     assert store.audit.timeline(action_type=ACCEPTED)[0].evidence["pin"]["model"] == "scorer:lexical"
     assert drift_status(store)["refused_judges"][0]["pin"]["version"] == "ChatJudge/2"
-    # a worker still configured with the refused judge shows up as unqualified
+    # a worker still configured with the refused judge shows up as unqualified (its score not counted)
     store.evaluations.add(
         labels[0][0], "llm_judge", scores={"faithfulness": 0.5}, evaluator_model=NEW.model,
-        evaluator_version=NEW.version, evaluator_prompt_sha=NEW.prompt_sha,
+        evaluator_version=NEW.version, evaluator_prompt_sha=NEW.prompt_sha, status="unqualified",
     )  # fmt: skip
     status = drift_status(store)
     assert status["unqualified_in_use"] == [
-        {"model": "chat:big", "version": "ChatJudge/2", "prompt_sha": "b" * 64, "scores": 1}
-    ]
+        {
+            "model": "chat:big", "version": "ChatJudge/2", "prompt_sha": "b" * 64, "scores": 1, "not_counted": 1,
+            "reason": "refused by qualification against the human labels",
+        }
+    ]  # fmt: skip
 
 
 def test_too_few_labels_or_an_unscorable_answer_refuse(store: Store) -> None:

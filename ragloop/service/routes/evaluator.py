@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from ragloop.experiments.drift import drift_status
+from ragloop.experiments.judges import drift_status
 from ragloop.service.deps import AdminDep, ServiceDep
 
 router = APIRouter(tags=["evaluator"])

@@ -44,7 +44,9 @@ class Evaluations:
             known = tuple(str(t) for t in EVALUATION_TIERS)
             raise ValueError(f"unknown evaluation tier {tier!r}; expected one of {known}")
         if status not in tuple(EvaluationStatus):
-            raise ValueError(f"evaluation status must be 'completed' or 'failed', got {status!r}")
+            raise ValueError(
+                f"evaluation status must be one of {tuple(str(s) for s in EvaluationStatus)}, got {status!r}"
+            )
         score_map = dict(scores or {})
         with self.db.transaction() as s:
             _require(s, Answer, answer_id)
