@@ -116,21 +116,25 @@ def iban_ok(compact: str) -> bool:
 
 # ---- detectors ---------------------------------------------------------------------------------
 
-Detector = Callable[[str], Iterator[tuple[int, int]]]
+Detector = Callable[[str, int, int], Iterator[tuple[int, int]]]
+"""(text, pos, endpos) -> spans: digit-based detectors run only on windows around digit runs."""
 
 _EMAIL = re.compile(
     r"(?<![\w.%+-])[A-Za-z0-9](?:[A-Za-z0-9._%+-]{0,63})@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
     r"[A-Za-z]{2,24}(?![\w-])"
 )
 _CARD = re.compile(
-    r"(?<![\w+.-])(?:\d{13,19}|\d{4}([ -])\d{4}\1\d{4}\1\d{4}(?:\1\d{3})?|\d{4}([ -])\d{6}\2\d{4,5})(?![\w-]|[ .]\d)"
+    r"(?<![\w+.-])(?<!\d[ -])"
+    r"(?:\d{13,19}|\d{4}([ -])\d{4}\1\d{4}\1\d{4}(?:\1\d{3})?|\d{4}([ -])\d{6}\2\d{4,5})"
+    r"(?![\w-]|[ .]\d)"
 )
 _IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){10,30}")
-_PHONE_INTL = re.compile(r"(?<![\w+])\+\d[\d ().\-]{6,22}\d(?![\w]|[.\-]\d)")
+_PHONE_INTL = re.compile(r"(?<![\w+])(?<!\d[ .-])\+\d[\d ().\-]{6,22}\d(?![\w]|[.\-]\d)")
 _PHONE_NANP = re.compile(
-    r"(?<![\w.+-])(?:1[ .-])?(?:\([2-9]\d{2}\) ?\d{3}[ .-]\d{4}|[2-9]\d{2}([ .-])\d{3}\1\d{4})(?![\w-]|\.\d)"
+    r"(?<![\w.+-])(?<!\d[ .-])(?:1[ .-])?"
+    r"(?:\([2-9]\d{2}\) ?\d{3}[ .-]\d{4}|[2-9]\d{2}([ .-])\d{3}\1\d{4})(?![\w-]|\.\d)"
 )
-_PHONE_TRUNK = re.compile(r"(?<![\w.+-])0\d{2,4}[ -]\d{3,4}[ -]?\d{3,4}(?![\w-]|[.,]\d)")
+_PHONE_TRUNK = re.compile(r"(?<![\w.+-])(?<!\d[ .-])0\d{2,4}[ -]\d{3,4}[ -]?\d{3,4}(?![\w-]|[.,]\d)")
 _PHONE_CUE = re.compile(
     r"(?i:\b(?:phone|tel|telephone|mobile|cell|cellphone|fax|whatsapp|sms|call me(?: at| on)?|text me(?: at| on)?"
     r"|reach me(?: at| on)?|ring me(?: at| on)?|contact number|phone number|telefon|handy|t[ée]l[ée]phone)\b)"
@@ -151,19 +155,28 @@ def _digits(s: str) -> str:
     return "".join(ch for ch in s if ch.isdigit())
 
 
-def _emails(text: str) -> Iterator[tuple[int, int]]:
-    for m in _EMAIL.finditer(text):
+def _emails(text: str, pos: int, endpos: int) -> Iterator[tuple[int, int]]:
+    for m in _EMAIL.finditer(text, pos, endpos):
         yield m.span()
 
 
-def _cards(text: str) -> Iterator[tuple[int, int]]:
-    for m in _CARD.finditer(text):
-        if card_ok(_digits(m.group())):
-            yield m.span()
+_ID_CUE = re.compile(
+    r"(?i:\b(?:id|ids|chunk|order|invoice|tracking|ref|reference|ticket|doc|document|build|commit|hash|isbn|doi"
+    r"|serial|timestamp|epoch|row|offset)\b)\W{0,3}$"
+)
 
 
-def _ibans(text: str) -> Iterator[tuple[int, int]]:
-    for m in _IBAN.finditer(text):
+def _cards(text: str, pos: int, endpos: int) -> Iterator[tuple[int, int]]:
+    for m in _CARD.finditer(text, pos, endpos):
+        if not card_ok(_digits(m.group())):
+            continue
+        if m.group().isdigit() and _ID_CUE.search(text, max(0, m.start() - 24), m.start()):
+            continue  # a bare number named as an identifier ("chunk 4539...", "order id 5555...")
+        yield m.span()
+
+
+def _ibans(text: str, pos: int, endpos: int) -> Iterator[tuple[int, int]]:
+    for m in _IBAN.finditer(text, pos, endpos):
         raw = m.group()
         want = IBAN_LENGTHS.get(raw[:2])
         if want is None:
@@ -188,24 +201,24 @@ def _grouping_ok(s: str) -> bool:
     return not re.fullmatch(r"\+?\d{1,3}(?:\.\d{1,3}){2,3}", s)
 
 
-def _phones(text: str) -> Iterator[tuple[int, int]]:
-    for m in _PHONE_INTL.finditer(text):
+def _phones(text: str, pos: int, endpos: int) -> Iterator[tuple[int, int]]:
+    for m in _PHONE_INTL.finditer(text, pos, endpos):
         if 8 <= len(_digits(m.group())) <= 15 and _grouping_ok(m.group()):
             yield m.span()
-    for m in _PHONE_NANP.finditer(text):
+    for m in _PHONE_NANP.finditer(text, pos, endpos):
         yield m.span()
-    for m in _PHONE_TRUNK.finditer(text):
+    for m in _PHONE_TRUNK.finditer(text, pos, endpos):
         if 10 <= len(_digits(m.group())) <= 11:
             yield m.span()
-    for m in _PHONE_CUE.finditer(text):
+    for m in _PHONE_CUE.finditer(text, pos, endpos):
         if 7 <= len(_digits(m.group(1))) <= 15 and _grouping_ok(m.group(1)):
             yield m.span(1)
 
 
-def _accounts(text: str) -> Iterator[tuple[int, int]]:
-    for m in _ACCOUNT_CUE.finditer(text):
+def _accounts(text: str, pos: int, endpos: int) -> Iterator[tuple[int, int]]:
+    for m in _ACCOUNT_CUE.finditer(text, pos, endpos):
         yield m.span(1)
-    for m in _SSN.finditer(text):
+    for m in _SSN.finditer(text, pos, endpos):
         yield m.span()
 
 
@@ -217,11 +230,30 @@ _BUILTIN: dict[str, Detector] = {
     PiiType.ACCOUNT: _accounts,
 }
 _NEEDS_DIGIT = frozenset({PiiType.CARD, PiiType.IBAN, PiiType.PHONE, PiiType.ACCOUNT})
+# Every digit-based type holds a run of at least 6 digits joined by at most single separators; the
+# detectors run only on windows around such runs (the cue words stand at most ~40 characters before,
+# an IBAN's trailing letters at most 34 after), which makes prose with a few years in it cheap.
+_ISLAND = re.compile(r"\d[\d \-.()/]{4,}\d")
+WINDOW_BEFORE, WINDOW_AFTER = 48, 34
+
+
+def digit_windows(text: str) -> list[tuple[int, int]]:
+    """Merged (pos, endpos) windows around the runs of 6+ digits, in text order."""
+    out: list[tuple[int, int]] = []
+    for m in _ISLAND.finditer(text):
+        if sum(ch.isdigit() for ch in m.group()) < 6:
+            continue
+        start, end = max(0, m.start() - WINDOW_BEFORE), min(len(text), m.end() + WINDOW_AFTER)
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def _pattern_detector(rx: re.Pattern[str]) -> Detector:
-    def find(text: str) -> Iterator[tuple[int, int]]:
-        for m in rx.finditer(text):
+    def find(text: str, pos: int, endpos: int) -> Iterator[tuple[int, int]]:
+        for m in rx.finditer(text, pos, endpos):
             if m.end() > m.start():
                 yield m.span()
 
@@ -290,13 +322,16 @@ class Redactor:
         """Non-overlapping spans, in text order; on overlap the longer span, then the checksummed type, wins."""
         if not self.enabled or not text:
             return []
-        has_digit = any(ch.isdigit() for ch in text)
+        windows = digit_windows(text)
+        whole = [(0, len(text))]
         found: list[tuple[int, int, int, str]] = []
         for order, (name, detect) in enumerate(self.detectors):
-            if (name in _NEEDS_DIGIT and not has_digit) or (name == PiiType.EMAIL and "@" not in text):
+            if name == PiiType.EMAIL and "@" not in text:
                 continue
             rank = _PRIORITY.get(PiiType(name), 5 + order) if name in BUILTIN_TYPES else 5 + order
-            found.extend((s, e, rank, name) for s, e in detect(text))
+            for pos, endpos in windows if name in _NEEDS_DIGIT else whole:
+                found.extend((s, e, rank, name) for s, e in detect(text, pos, endpos))
+        found = sorted(set(found))  # a span may be found from two windows
         found.sort(key=lambda f: (f[0], -(f[1] - f[0]), f[2]))
         spans: list[PiiSpan] = []
         for s, e, _, name in found:

@@ -61,7 +61,7 @@ def test_finds_personal_data(text: str, expected: str) -> None:
         "due 2026-12-02, 12/02/2026 or 02.12.2026 at 12:30:45",
         "server 192.168.1.254:8080 and 10.0.0.1",
         "mask = 0x1F2E | 0xDEADBEEF",
-        "File \"app.py\", line 1234, in main",
+        'File "app.py", line 1234, in main',
         "ISBN 978-3-16-148410-0, ISBN-10 0-306-40615-2, 9780306406157",
         "it costs $1,234.56 or € 12 345,00 (1,000,000 sold)",
         "epoch 1733140800 and 1733140800123 ms",
