@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -212,26 +212,38 @@ def use_provider(provider: Any, *, content: bool = False) -> Iterator[None]:
             _state.tracer, _state.provider, _state.owned, _state.content, _state.configured = saved
 
 
+_KINDS: dict[str, Any] = {}
+
+
 def _kind(kind: SpanKind) -> Any:
-    from opentelemetry.trace import SpanKind as K
+    if not _KINDS:
+        from opentelemetry.trace import SpanKind as K
 
-    return {"internal": K.INTERNAL, "server": K.SERVER, "client": K.CLIENT, "consumer": K.CONSUMER}.get(
-        kind, K.PRODUCER
-    )
+        _KINDS.update(internal=K.INTERNAL, server=K.SERVER, client=K.CLIENT, consumer=K.CONSUMER, producer=K.PRODUCER)
+    return _KINDS[kind]
 
 
-@contextmanager
-def span(name: str, attributes: Attributes | None = None, *, kind: SpanKind = "internal") -> Iterator[Any]:
+_OFF: AbstractContextManager[None] = nullcontext(None)
+
+
+def span(
+    name: str, attributes: Attributes | None = None, *, kind: SpanKind = "internal"
+) -> AbstractContextManager[Any]:
     """A span around the block, current inside it (children join it, across `asyncio.to_thread` too);
-    yields None when tracing is off. An exception leaving the block marks the span as an error with
-    its type (`error.type`), not its message: a message may quote a URL with a key in it.
+    yields None when tracing is off (one shared null context: nothing is allocated). An exception
+    leaving the block marks the span as an error with its type (`error.type`), not its message: a
+    message may quote a URL with a key in it.
 
     Safe inside async generators (the graph's turn, a streamed model call) that a consumer resumes in
     another context: the span is still ended, and the context it leaves behind is the one before it."""
     tracer = _state.tracer
     if tracer is None:
-        yield None
-        return
+        return _OFF
+    return _span(tracer, name, attributes, kind)
+
+
+@contextmanager
+def _span(tracer: Any, name: str, attributes: Attributes | None, kind: SpanKind) -> Iterator[Any]:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
 

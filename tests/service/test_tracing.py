@@ -176,6 +176,37 @@ async def test_a_worker_job_is_a_span_with_its_kind_and_status(
     assert heuristic.parent is None  # a root: the request that queued it has ended
 
 
+async def test_a_periodic_round_is_a_span_and_a_failed_round_an_error_span(spans: InMemorySpanExporter) -> None:
+    import asyncio
+
+    from ragloop.service.periodic import PeriodicTasks
+
+    rounds: list[str] = []
+
+    def ok() -> None:
+        rounds.append("ok")
+
+    def boom() -> None:
+        rounds.append("boom")
+        raise RuntimeError("secret-looking message sk-123")
+
+    tasks = PeriodicTasks()
+    tasks.add("tidy", 0.01, ok)
+    tasks.add("broken", 0.01, boom)
+    tasks.start()
+    for _ in range(500):
+        if {"ok", "boom"} <= set(rounds):
+            break
+        await asyncio.sleep(0.01)
+    await tasks.stop()
+    finished = spans.get_finished_spans()
+    tidy = next(s for s in finished if s.name == "ragloop.periodic tidy")
+    broken = next(s for s in finished if s.name == "ragloop.periodic broken")
+    assert tidy.attributes["ragloop.job.kind"] == "tidy" and tidy.status.is_ok
+    assert not broken.status.is_ok and broken.attributes["error.type"] == "RuntimeError"
+    assert "sk-123" not in _values(finished) and not broken.events  # the type, never the message
+
+
 async def test_off_by_default_records_nothing(
     collection: Collection, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
