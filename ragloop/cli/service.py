@@ -158,6 +158,7 @@ def worker(
     try:
         done = asyncio.run(w.run(drain=drain, max_jobs=max_jobs))
     finally:
+        w.tier1_cache.close()
         store.close()
     console.print(f"worker {w.worker_id}: {done} jobs", highlight=False)
 

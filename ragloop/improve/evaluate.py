@@ -43,7 +43,8 @@ from ragloop.improve.payload import EvaluationPayload, answer_payload
 from ragloop.improve.recalibration import MODEL_TTL_S, active_model
 from ragloop.improve.review_intake import ReviewIntake
 from ragloop.improve.routing import RoutingConfig, RoutingReason, disagreement, route_tier1
-from ragloop.improve.tier1 import HeuristicModel, compute_features
+from ragloop.improve.tier1 import HeuristicModel
+from ragloop.improve.tier1_cache import Tier1Cache, cached_features
 from ragloop.models.scoring.base import Scorer
 from ragloop.store import Job, LeaseLostError, NotFoundError, Store, question_hash
 from ragloop.store.vocabulary import AUTOMATIC_TIERS, EvaluationStatus, Tier
@@ -78,13 +79,16 @@ class OnlineEvaluator:
         support_scorer: Scorer | None = None,
         model: HeuristicModel | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tier1_cache: Tier1Cache | None = None,
     ) -> None:
         """`model`: a fixed tier-1 model; None (the service) reads the active one from the store
-        (`recalibration.active_model`) again every `MODEL_TTL_S`, so a recalibration reaches every worker."""
+        (`recalibration.active_model`) again every `MODEL_TTL_S`, so a recalibration reaches every worker.
+        `tier1_cache`: tier-1 features of inputs seen before (`tier1_cache.py`; None: always computed)."""
         self.store = store
         self.config = config
         self.judge = judge
         self.support_scorer = support_scorer
+        self.tier1_cache = tier1_cache
         self._fixed_model = model
         self._model: tuple[float, HeuristicModel] | None = None
         self.clock = clock
@@ -169,7 +173,7 @@ class OnlineEvaluator:
     async def _tier1(self, job: Job, worker_id: str) -> Outcome:
         p = EvaluationPayload.load(job.payload)
         item = p.tier1_input()
-        feats = await compute_features(item, self.support_scorer)
+        feats = await cached_features(item, self.support_scorer, self.tier1_cache)
         model = await asyncio.to_thread(lambda: self.model)
         score = model.score(feats.values)
         golden = await asyncio.to_thread(self._golden_reference, item.question)

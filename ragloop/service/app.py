@@ -31,7 +31,7 @@ from ragloop.config import PipelineConfig, Settings
 from ragloop.improve.clock import SYSTEM_CLOCK, Clock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.judge import Judge, make_judge
-from ragloop.service.auth import BodySizeLimit, RateLimiter
+from ragloop.service.auth import BodySizeLimit
 from ragloop.service.config import ServiceConfig
 from ragloop.service.documents import DocumentJobs
 from ragloop.service.inputs import checked_params
@@ -40,6 +40,7 @@ from ragloop.service.openai_compat import OpenAIError, error_body
 from ragloop.service.openai_compat import router as openai_router
 from ragloop.service.periodic import PeriodicTasks
 from ragloop.service.pipelines import AgentFactory, AgentManager, ExperimentRouter, ensure_active_version
+from ragloop.service.rate_limit import make_rate_limiter
 from ragloop.service.recorder import AnswerRecorder
 from ragloop.service.routes import ROUTERS
 from ragloop.service.state import ServiceState
@@ -146,7 +147,9 @@ def create_app(
         store=store,
         owns_store=owns_store,
         metrics=metrics,
-        limiter=RateLimiter(cfg.rate_limit_per_minute, failures_per_minute=cfg.auth_failures_per_minute),
+        limiter=make_rate_limiter(
+            cfg.redis_url, cfg.rate_limit_per_minute, failures_per_minute=cfg.auth_failures_per_minute
+        ),
         agents=agents,
         recorder=recorder,
         documents=documents,

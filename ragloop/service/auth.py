@@ -130,6 +130,9 @@ class RateLimiter:
             self._buckets[key_id] = (tokens, now)
             return False, (1.0 - tokens) / rate, limit, 0
 
+    def close(self) -> None:
+        """Release connections (a shared limiter's)."""
+
     @staticmethod
     def retry_after_header(seconds: float) -> str:
         return str(max(1, math.ceil(seconds)))

@@ -70,9 +70,11 @@ class ServiceState:
             await self.loops.stop()
         if self.experiments is not None:
             self.experiments.close()
+        self.limiter.close()
         if self.worker is not None:
             self.worker.stop()
             self.worker.join()
+            self.worker.tier1_cache.close()
             if self.worker.diagnosis is not None:
                 self.worker.diagnosis.close()
             if self.worker.evaluator.judge is not None:

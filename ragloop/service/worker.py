@@ -32,6 +32,7 @@ from ragloop.improve.engine import DIAGNOSIS_TIER, DiagnosisEngine, job_call_sco
 from ragloop.improve.evaluate import OnlineEvaluator, Outcome
 from ragloop.improve.judge import Judge
 from ragloop.improve.tier1 import HeuristicModel
+from ragloop.improve.tier1_cache import Tier1Cache, make_tier1_cache
 from ragloop.models.scoring.base import Scorer
 from ragloop.service.config import ServiceConfig
 from ragloop.service.metrics import ServiceMetrics
@@ -83,17 +84,26 @@ class EvaluationWorker:
         clock: Callable[[], float] = time.monotonic,
         diagnosis: DiagnosisEngine | None = None,
         remediation: Callable[[], object] | None = None,
+        tier1_cache: Tier1Cache | None = None,
     ) -> None:
         """`diagnosis`: also claim the diagnosis tier; `remediation`: one remediation pass (audit, schedule,
-        apply), run after diagnoses complete and at every sweep (audits fall due with time)."""
+        apply), run after diagnoses complete and at every sweep (audits fall due with time). `tier1_cache`:
+        default Redis with `config.redis_url` (shared by the fleet), else this process's own LRU."""
         self.store = store
         self.diagnosis = diagnosis
         self.remediation = remediation
         self._remediation_due = remediation is not None
         self._last_remediation = -1e18
         self.config = config
+        self.tier1_cache = tier1_cache if tier1_cache is not None else make_tier1_cache(config.redis_url)
         self.evaluator = OnlineEvaluator(
-            store, config.routing, judge=judge, support_scorer=support_scorer, model=model, clock=clock
+            store,
+            config.routing,
+            judge=judge,
+            support_scorer=support_scorer,
+            model=model,
+            clock=clock,
+            tier1_cache=self.tier1_cache,
         )
         self.metrics = metrics
         self.worker_id = worker_id or default_worker_id()

@@ -103,7 +103,9 @@ def write_lock(url: str, seconds: float) -> Iterator[threading.Event]:
         assert not errors, errors
 
 
-def start_server(home: Path, tmp_path: Path, name: str, url: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    home: Path, tmp_path: Path, name: str, url: str, *, timeout: float = 90.0
+) -> tuple[subprocess.Popen[bytes], str]:
     cfg = tmp_path / "pipeline.yaml"
     cfg.write_text(yaml.safe_dump(CFG.model_dump(mode="json", by_alias=True)))
     port = free_port()
@@ -117,7 +119,7 @@ def start_server(home: Path, tmp_path: Path, name: str, url: str) -> tuple[subpr
             stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, (tmp_path / f"{name}.log").read_text()[-3000:]
         try:
@@ -126,6 +128,7 @@ def start_server(home: Path, tmp_path: Path, name: str, url: str) -> tuple[subpr
         except httpx.TransportError:
             time.sleep(0.2)
     proc.kill()
+    proc.wait(10)
     raise AssertionError(f"ragloop serve did not become healthy: {(tmp_path / f'{name}.log').read_text()[-3000:]}")
 
 
