@@ -176,6 +176,33 @@ async def test_a_worker_job_is_a_span_with_its_kind_and_status(
     assert heuristic.parent is None  # a root: the request that queued it has ended
 
 
+async def test_a_document_upload_job_is_a_span_with_its_kind_and_status(
+    collection: Collection, store: Store, spans: InMemorySpanExporter
+) -> None:
+    import asyncio
+
+    from tests.service.test_documents import NEW_DOC, wait_job
+
+    keys = make_keys(store)
+    async with running(build_app(store)) as c:
+        r = await c.post(
+            "/v1/collections/default/documents",
+            files=[("files", ("lighthouse.md", NEW_DOC, "text/markdown"))],
+            headers=keys.a,
+        )
+        assert r.status_code == 202, r.text
+        job_id = r.json()["job_id"]
+        assert (await wait_job(c, job_id, keys.a))["status"] == "succeeded"
+        for _ in range(200):  # the span ends just after the job's row is finished
+            done = [s for s in spans.get_finished_spans() if s.name == "ragloop.document_job ingest"]
+            if done:
+                break
+            await asyncio.sleep(0.01)
+    (job,) = done
+    assert job.attributes["ragloop.job.id"] == job_id and job.attributes["ragloop.job.status"] == "succeeded"
+    assert job.kind == SpanKind.CONSUMER
+
+
 async def test_a_periodic_round_is_a_span_and_a_failed_round_an_error_span(spans: InMemorySpanExporter) -> None:
     import asyncio
 
