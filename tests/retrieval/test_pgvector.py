@@ -183,3 +183,54 @@ def test_dev_command_returns_the_running_server(pgvector_server: tuple[str, Path
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
     assert shown["url"] == url and shown["port"] == port
+
+
+def test_database_backend_writes_inside_the_callers_transaction(pgvector_url: str) -> None:
+    """The PostgreSQL collection's hook: rows and graph commit, or vanish, with the generation."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    from ragloop.retrieval.pgvector_index import PgVectorDatabaseBackend
+    from ragloop.store.db import normalize_url
+
+    backend = PgVectorDatabaseBackend()
+    engine = create_engine(normalize_url(pgvector_url), poolclass=NullPool)
+    schema = "rl_test_dbbackend"
+    data = unit(300, 24, 8)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            conn.execute(text(f"CREATE SCHEMA {schema}"))
+            assert backend.available(conn)
+        with pytest.raises(RuntimeError, match="abandoned"), engine.begin() as conn:
+            backend.write(conn, schema, 1, data)
+            raise RuntimeError("abandoned")  # the staging transaction fails after the write
+        assert not table_exists(pgvector_url, backend.table(schema, 1))
+        with engine.begin() as conn:
+            backend.write(conn, schema, 2, data)
+        index = backend.open(engine, schema, 2, 24)
+        assert len(index) == 300 and index.search(data[42], 1)[0].tolist() == [42]
+        index.close()
+        with pytest.raises(LookupError):
+            backend.open(engine, schema, 3, 24)  # never written: no empty table made up
+        with engine.begin() as conn:
+            backend.delete(conn, schema, [2, 3])
+        assert not table_exists(pgvector_url, backend.table(schema, 2))
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        engine.dispose()
+
+
+def test_database_backend_is_unavailable_without_the_extension() -> None:
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from ragloop.retrieval.pgvector_index import PgVectorDatabaseBackend
+
+    engine = create_engine(require_postgres(DEFAULT_POSTGRES_URL, ci=_ci()), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            assert not PgVectorDatabaseBackend.available(conn)
+    finally:
+        engine.dispose()
