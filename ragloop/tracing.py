@@ -19,7 +19,8 @@ and callers compute attributes only when `enabled()` (benchmarks/otel_overhead.p
 
 Text: spans carry lengths and ids, never questions, answers or prompts, unless
 `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (the GenAI semantic conventions' switch) allows
-it. API keys and other secrets are never attributes.
+it; even then the text is redacted of personal data (`ragloop.text.pii`, `[EMAIL]`, `[CARD]`, ...).
+API keys and other secrets are never attributes.
 """
 
 from __future__ import annotations
@@ -288,5 +289,12 @@ def text(prefix: str, value: str | None) -> Attributes:
         return {}
     out: Attributes = {f"{prefix}.length": len(value)}
     if _state.content:
-        out[prefix] = value
+        out[prefix] = redacted(value)
     return out
+
+
+def redacted(value: str) -> str:
+    """A text as a span may carry it (with content capture on): without personal data."""
+    from ragloop.text.pii import default_redactor
+
+    return default_redactor().redact(value)

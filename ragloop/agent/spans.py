@@ -54,15 +54,19 @@ def _field(prefix: str, name: str, value: Any, out: Attributes) -> None:
         numbers = list(value.values())
         if _number_list(numbers):
             out[f"{key}.values"] = [float(v) for v in numbers]
-        if name in ID_KEYED or content:
+        if name in ID_KEYED:
             out[f"{key}.keys"] = [str(k) for k in value]
+        elif content:
+            out[f"{key}.keys"] = [tracing.redacted(str(k)) for k in value]
     elif isinstance(value, list | tuple):
         items = list(value)
         out[f"{key}.count"] = len(items)
         if items and _number_list(items):
             out[key] = list(items)
-        elif all(isinstance(v, str) for v in items) and (name in IDS or content):
+        elif all(isinstance(v, str) for v in items) and name in IDS:
             out[key] = [str(v) for v in items]
+        elif all(isinstance(v, str) for v in items) and content:
+            out[key] = [tracing.redacted(str(v)) for v in items]
 
 
 def model_attributes(prefix: str, model: BaseModel) -> Attributes:
@@ -100,7 +104,7 @@ def graph_input_attributes(question: str, thread_id: str | None) -> Attributes |
     out: Attributes = {"ragloop.conversation": thread_id is not None, "openinference.span.kind": "CHAIN"}
     out.update(tracing.text("ragloop.question", question))
     if tracing.capture_content():
-        out["input.value"] = question  # what Phoenix and Langfuse show as the span's input
+        out["input.value"] = tracing.redacted(question)  # what Phoenix and Langfuse show as the span's input
     return out
 
 
@@ -115,6 +119,6 @@ def answer_attributes(answer: Answer) -> Attributes:
     }
     out.update(tracing.text("ragloop.answer", answer.answer))
     if tracing.capture_content():
-        out["output.value"] = answer.answer
+        out["output.value"] = tracing.redacted(answer.answer)
     out.update(summary_attributes(answer.trace.summarize()))
     return out

@@ -104,3 +104,22 @@ async def test_no_personal_data_in_postgresql(
     ).stdout
     assert b"model_calls" in dump and b"checkpoint" in dump  # the dump did read the service's tables
     assert [s for s in SECRETS if s in dump] == []
+
+
+async def test_spans_with_content_capture_carry_no_personal_data(collection: Collection, store: Store) -> None:
+    """Content capture (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`) exports text to a collector:
+    redacted too, while the span still shows the question's shape."""
+    from ragloop import tracing
+    from tests.service.test_tracing import _provider
+
+    provider, exporter = _provider()
+    keys = make_keys(store)
+    with tracing.use_provider(provider, content=True):
+        async with running(build_app(store, config=ECHO)) as c:
+            r = await c.post("/v1/query", json={"question": QUESTION, "session_id": "otel"}, headers=keys.u)
+            assert r.status_code == 200, r.text
+    finished = exporter.get_finished_spans()
+    (graph,) = [s for s in finished if s.name == "ragloop.graph"]
+    assert graph.attributes is not None and "[EMAIL]" in str(graph.attributes["input.value"])
+    exported = repr([dict(s.attributes or {}) for s in finished]).encode()
+    assert [s for s in SECRETS if s in exported] == []
