@@ -27,12 +27,21 @@ cannot reward). CACM's "best config" row is tuned on its dev topics alone, on MA
 brief's target metric), over the fusion grid with index headings on and off.
 
 Prints the tables and writes benchmarks/results/retrieval_quality.{json,md}.
+
+`--backend postgres` keeps the collections in PostgreSQL (`--pg-url`, default
+`RAGLOOP_COLLECTIONS_URL`) instead of files; `--quick` skips the sweeps and reports bm25, dense and
+the default hybrid on every split, to `retrieval_quality_quick_<backend>.{json,md}`, e.g. to put the
+two backends side by side:
+
+    nice -n 15 .venv/bin/python benchmarks/retrieval_quality.py --quick --datasets squad2
+    nice -n 15 .venv/bin/python benchmarks/retrieval_quality.py --quick --datasets squad2 --backend postgres
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -369,19 +378,47 @@ def sweep_dev(configs: list[RetrievalConfig], benches: Sequence[Bench]) -> list[
     return out
 
 
+def quick(benches: Sequence[Bench], base: RetrievalConfig, backend: str, ingest_info: dict[str, Any]) -> None:
+    """bm25, dense and the default hybrid on every split: enough to compare storage backends."""
+    modes = {"bm25": retrieval(base, mode="bm25"), "dense": retrieval(base, mode="dense"), "hybrid (default)": base}
+    results: dict[str, Any] = {}
+    md = [f"# Retrieval quality, quick ({backend} backend)", ""]
+    for b in benches:
+        rows: list[list[object]] = []
+        results[b.name] = {}
+        for label, cfg in modes.items():
+            r = evaluate(b, cfg)
+            results[b.name][label] = r.per_split
+            rows += [[label, split, *r.per_split[split].values()] for split in SPLITS if split in r.per_split]
+        md.append(print_table(f"{b.name} ({backend})", ["mode", "split", *b.metrics], rows, 4))
+    write_results(
+        f"retrieval_quality_quick_{backend}",
+        {"backend": backend, "machine": machine(), "ingest": ingest_info, "results": results},
+        "\n".join(md),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default="cacm,squad2,mtrag-un", help="comma-separated subset")
+    parser.add_argument("--backend", choices=("files", "postgres"), default="files", help="collection storage")
+    parser.add_argument("--pg-url", default=os.environ.get("RAGLOOP_COLLECTIONS_URL"), help="with --backend postgres")
+    parser.add_argument("--quick", action="store_true", help="no sweeps: bm25, dense and the default hybrid only")
     args = parser.parse_args()
     started = time.perf_counter()
-    settings = Settings(home=BENCH_HOME)
+    if args.backend == "postgres" and not args.pg_url:
+        parser.error("--backend postgres needs --pg-url or RAGLOOP_COLLECTIONS_URL")
+    settings = Settings(home=BENCH_HOME, collections_url=args.pg_url if args.backend == "postgres" else None)
     default = PipelineConfig()
     base = default.retrieval
     builders = {"cacm": _cacm, "squad2": _squad, "mtrag-un": _mtrag}
     benches = [builders[n]() for n in args.datasets.split(",")]
 
-    print("preparing collections (incremental ingest under benchmarks/.home)", flush=True)
+    print(f"preparing collections (incremental ingest, {args.backend} backend)", flush=True)
     ingest_info = {b.name: prepare(b, settings, default) for b in benches}
+    if args.quick:
+        quick(benches, base, args.backend, ingest_info)
+        return
     md = [
         "# Retrieval quality",
         "",

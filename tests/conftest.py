@@ -19,6 +19,7 @@ def ragloop_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "ragloop-home"
     monkeypatch.setenv("RAGLOOP_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("RAGLOOP_COLLECTIONS_URL", raising=False)  # embedded collections unless `kb_backend`
     return home
 
 
@@ -81,3 +82,66 @@ def pgvector_url(pgvector_server: tuple[str, Path | None], monkeypatch: pytest.M
     """The pgvector server's URL, also as RAGLOOP_PGVECTOR_URL for code that reads the environment."""
     monkeypatch.setenv("RAGLOOP_PGVECTOR_URL", pgvector_server[0])
     return pgvector_server[0]
+
+
+# -- collection storage backends ----------------------------------------------------------------
+# A test module that asks for `kb_backend` (e.g. `pytestmark = pytest.mark.usefixtures("kb_backend")`)
+# runs once on the embedded files and once on PostgreSQL (`RAGLOOP_COLLECTIONS_URL`), with
+# `Settings()` picking the backend up from the environment. PostgreSQL gets one scratch database
+# per session, emptied of collection schemas after every test; unreachable, the PostgreSQL half
+# is skipped, or fails under CI=true (as for the store suite).
+
+
+@pytest.fixture(scope="session")
+def kb_postgres_url() -> Iterator[str]:
+    import secrets
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    from tests.store.conftest import DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, _ci, require_postgres
+
+    admin_url = require_postgres(os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL), ci=_ci())
+    name = f"ragloop_kb_{secrets.token_hex(4)}"
+    admin = create_engine(admin_url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def drop_collection_schemas(url: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            schemas = conn.execute(text(r"SELECT nspname FROM pg_namespace WHERE nspname LIKE 'rlkb\_%'")).scalars()
+            for schema in list(schemas):
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=["files", pytest.param("postgres", marks=pytest.mark.postgres)])
+def kb_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Where this test's collections live: "files" or "postgres"."""
+    if request.param == "files":
+        monkeypatch.delenv("RAGLOOP_COLLECTIONS_URL", raising=False)
+        yield "files"
+        return
+    url = request.getfixturevalue("kb_postgres_url")
+    monkeypatch.setenv("RAGLOOP_COLLECTIONS_URL", url)
+    try:
+        yield "postgres"
+    finally:
+        import gc
+
+        gc.collect()  # collections the test dropped give their connections back before the schemas go
+        drop_collection_schemas(url)

@@ -58,6 +58,12 @@ class Settings:
             os.environ.get("RAGLOOP_PRECOMPUTE_PASSAGE_VECTORS", "1").lower() not in ("0", "false", "no")
         )
     )
+    collections_url: str | None = field(
+        default_factory=lambda: os.environ.get("RAGLOOP_COLLECTIONS_URL", "").strip() or None
+    )
+    """`RAGLOOP_COLLECTIONS_URL`: a PostgreSQL URL keeps every collection (registry, chunks, vectors,
+    index generations) in that database, shared by every instance that names it
+    (`ragloop.retrieval.pgstore`); unset, collections are folders under `home`."""
     max_file_bytes: int = field(default_factory=lambda: int(os.environ.get("RAGLOOP_MAX_FILE_BYTES", 50 * 1024 * 1024)))
     clock: Clock = field(default_factory=process_clock, compare=False, repr=False)
     """`RAGLOOP_CLOCK` (`ragloop.config.clock`): the system's, or a simulation's compressed one. The store's

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Connection,
     Float,
@@ -48,8 +49,8 @@ files_table = Table(
     metadata,
     Column("rel", String, primary_key=True),
     Column("root", Text, nullable=False),
-    Column("size", Integer, nullable=False),
-    Column("mtime_ns", Integer, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("mtime_ns", BigInteger, nullable=False),  # nanoseconds since 1970 overflow PostgreSQL's int4
     Column("content_hash", String(64), nullable=False),
     Column("fingerprint", String(64), nullable=False),
     Column("n_docs", Integer, nullable=False),
@@ -135,12 +136,17 @@ class FileRecord:
 
 
 class Registry:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+        """`engine`: an engine the caller owns and has created the tables on (the PostgreSQL
+        collection storage passes one with its schema translated, see `ragloop.retrieval.pgstore`)."""
         self.url = url
-        # durability "full": the registry says which files are indexed and must not lose an acknowledged
-        # commit on power loss (see ragloop.sqlite for the policy)
-        self.engine: Engine = sqlite_engine(url, durability="full") if url.startswith("sqlite") else create_engine(url)
-        metadata.create_all(self.engine)
+        self._owns_engine = engine is None
+        if engine is None:
+            # durability "full": the registry says which files are indexed and must not lose an acknowledged
+            # commit on power loss (see ragloop.sqlite for the policy)
+            engine = sqlite_engine(url, durability="full") if url.startswith("sqlite") else create_engine(url)
+            metadata.create_all(engine)
+        self.engine: Engine = engine
 
     @classmethod
     def for_directory(cls, directory: Path) -> Registry:
@@ -148,7 +154,8 @@ class Registry:
         return cls(f"sqlite:///{directory / 'registry.sqlite'}")
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self._owns_engine:
+            self.engine.dispose()
 
     # reads -----------------------------------------------------------------------------
     def files(self) -> dict[str, FileRecord]:

@@ -1,39 +1,35 @@
-"""A named collection: registry + index generations under `RAGLOOP_HOME/collections/NAME`.
+"""A named collection: a registry + index generations, stored where `Settings` says.
 
 Ingest is incremental: chunks (and their vectors) of unchanged files are carried over from the
 current generation, new chunk texts are embedded through the content-hash cache, and BM25 is
-rebuilt over the whole set (cheap next to embedding). Nothing changes on disk until the new
-generation is complete; one `flock` keeps two ingests of the same collection from interleaving.
+rebuilt over the whole set (cheap next to embedding). Nothing a reader sees changes until the
+new generation is stored whole and the registry's pointer moves to it (`_publish`); the storage's
+writer lock keeps two ingests of the same collection from interleaving. Where generations live
+(`RAGLOOP_HOME/collections/NAME`, or PostgreSQL with `RAGLOOP_COLLECTIONS_URL`) is the storage
+backend's business: `ragloop.retrieval.storage`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ragloop.config.pipeline import LexicalConfig, PipelineConfig
+from ragloop.config.pipeline import PipelineConfig
 from ragloop.config.settings import Settings
-from ragloop.ingest.registry import FileRecord, Registry
+from ragloop.ingest.registry import FileRecord, Registry, RegistryTxn
 from ragloop.ingest.scan import IngestPlan, plan_ingest
 from ragloop.ingest.types import Chunk
 from ragloop.models import make_embedder
 from ragloop.models.embedding import Embedder
 from ragloop.models.scoring import passage_embed_texts
-from ragloop.retrieval.store import (
-    IndexGeneration,
-    gen_dir,
-    index_text,
-    load_generation,
-    remove_stale,
-    write_generation,
-)
+from ragloop.retrieval.storage import CollectionStorage, GenerationGone, open_storage, stored_collection_names
+from ragloop.retrieval.store import IndexGeneration, IndexSpec, index_text
 
 Progress = Callable[[str, int, int], None]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -88,18 +84,22 @@ class Collection:
             raise CollectionError(f"invalid collection name {name!r}: use letters, digits, '_', '.', '-'")
         self.name = name
         self.settings = settings
-        self.dir = settings.collection_dir(name)
-        self._registry: Registry | None = None
+        self.dir = settings.collection_dir(name)  # local files (uploads, staging); generations: `storage`
+        self._storage: CollectionStorage | None = None
         self._loaded: IndexGeneration | None = None
 
     @property
+    def storage(self) -> CollectionStorage:
+        if self._storage is None:
+            self._storage = open_storage(self.name, self.settings)
+        return self._storage
+
+    @property
     def registry(self) -> Registry:
-        if self._registry is None:
-            self._registry = Registry.for_directory(self.dir)
-        return self._registry
+        return self.storage.registry
 
     def exists(self) -> bool:
-        return (self.dir / "registry.sqlite").exists()
+        return self.storage.exists()
 
     def generation(self) -> int:
         if not self.exists():
@@ -107,39 +107,60 @@ class Collection:
         return int(self.registry.get_state("generation", "0") or 0)
 
     def close(self) -> None:
-        if self._registry is not None:
-            self._registry.close()
-            self._registry = None
-
-    @contextmanager
-    def _lock(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with (self.dir / ".lock").open("w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        if self._storage is not None:
+            self._storage.close()
+            self._storage = None
 
     def exclusive(self) -> AbstractContextManager[None]:
         """The collection's writer lock (ingest, delete, re-chunk): one writer at a time."""
-        return self._lock()
+        return self.storage.writer_lock()
 
     def load(self) -> IndexGeneration:
         """The committed index; reloaded only when another ingest has moved the pointer."""
-        gen = self.generation()
-        if gen == 0:
-            raise CollectionError(
-                f"collection {self.name!r} has no index: run `ragloop ingest PATH --collection {self.name}`"
-            )
-        if self._loaded is None or self._loaded.manifest.generation != gen:
-            self._loaded = load_generation(gen_dir(self.dir, gen))
-        return self._loaded
+        for _ in range(3):  # a generation pruned between reading the pointer and opening it: look again
+            gen = self.generation()
+            if gen == 0:
+                raise CollectionError(
+                    f"collection {self.name!r} has no index: run `ragloop ingest PATH --collection {self.name}`"
+                )
+            if self._loaded is not None and self._loaded.manifest.generation == gen:
+                return self._loaded
+            try:
+                self._loaded = self.storage.load(gen)
+                return self._loaded
+            except GenerationGone:
+                continue
+        raise CollectionError(f"collection {self.name!r} changed faster than it could be opened; try again")
+
+    def publish(
+        self,
+        generation: int,
+        chunks: list[Chunk],
+        vectors: np.ndarray,
+        spec: IndexSpec,
+        registry_changes: Callable[[RegistryTxn], None],
+    ) -> None:
+        """Store `generation` whole, then apply `registry_changes` and point the registry at it in
+        one transaction. Until that commit readers keep the previous generation; a failure before
+        it removes what was staged (a killed writer's leftovers are removed by the next writer).
+        Call under `exclusive()`."""
+        storage = self.storage
+        storage.discard(generation)  # an orphan of a killed run: the pointer never named it
+        try:
+            storage.stage(generation, chunks, vectors, spec)
+            with self.registry.transaction() as txn:
+                registry_changes(txn)
+                txn.set_state("generation", str(generation))
+        except BaseException:
+            if self.generation() != generation:  # not committed: the previous generation serves on
+                storage.discard(generation)
+            raise
+        storage.prune(generation)
 
     # ingest ------------------------------------------------------------------------------
     def ingest(self, paths: Sequence[Path], config: PipelineConfig, progress: Progress | None = None) -> IngestSummary:
         start = time.perf_counter()
-        with self._lock():
+        with self.exclusive():
             registry = self.registry
             fingerprint = config.index_fingerprint()
             full_rebuild = registry.get_state("fingerprint") not in (None, fingerprint)
@@ -176,11 +197,7 @@ class Collection:
             if progress:
                 progress("index", 0, 1)
             dense = config.retrieval.dense
-            write_generation(
-                self.dir,
-                new_gen,
-                chunks,
-                vectors,
+            spec = IndexSpec(
                 lexical=config.retrieval.lexical,
                 embedder=dense.embedder,
                 fingerprint=fingerprint,
@@ -188,17 +205,18 @@ class Collection:
                 ann_threshold=dense.ann_threshold,
                 index_headings=config.retrieval.index_headings,
             )
-            with registry.transaction() as txn:
+
+            def changes(txn: RegistryTxn) -> None:
                 for c in plan.changes:
                     if c.kind == "deleted":
                         txn.delete_file(c.rel)
                     elif c.record is not None and (c.kind in ("new", "changed") or c.touched or full_rebuild):
                         txn.upsert_file(c.record)
-                txn.set_state("generation", str(new_gen))
                 txn.set_state("fingerprint", fingerprint)
+
+            self.publish(new_gen, chunks, vectors, spec, changes)
             if progress:
                 progress("index", 1, 1)
-            remove_stale(self.dir, new_gen)
             summary.generation = new_gen
             summary.chunks_total = len(chunks)
             summary.chunks_embedded = embedded
@@ -284,7 +302,7 @@ class Collection:
         """Remove source files (paths as registered, e.g. `guide/docker.md`) from the index, as
         one new generation. Unknown paths are an error, so a typo never looks like a success."""
         start = time.perf_counter()
-        with self._lock():
+        with self.exclusive():
             registry = self.registry
             known = registry.files()
             missing = sorted(set(rels) - set(known))
@@ -297,23 +315,12 @@ class Collection:
             m = cur.manifest
             vectors = np.asarray(cur.vectors)[keep] if keep else np.zeros((0, m.dim), dtype=np.float32)
             new_gen = old_gen + 1
-            write_generation(
-                self.dir,
-                new_gen,
-                [cur.chunks[i] for i in keep],
-                vectors,
-                lexical=LexicalConfig.model_validate(m.lexical),
-                embedder=m.embedder,
-                fingerprint=m.fingerprint,
-                dense_backend=m.dense_backend,
-                ann_threshold=0,  # the backend is named explicitly: no auto choice
-                index_headings=m.index_headings,
-            )
-            with registry.transaction() as txn:
+
+            def changes(txn: RegistryTxn) -> None:
                 for rel in gone:
                     txn.delete_file(rel)
-                txn.set_state("generation", str(new_gen))
-            remove_stale(self.dir, new_gen)
+
+            self.publish(new_gen, [cur.chunks[i] for i in keep], vectors, IndexSpec.of(m), changes)
         return IngestSummary(
             collection=self.name,
             generation=new_gen,
@@ -334,7 +341,7 @@ class Collection:
                 embedder=m.embedder,
                 dense_backend=m.dense_backend,
                 updated_at=m.created_at,
-                bytes=_dir_size(gen_dir(self.dir, gen)),
+                bytes=self.storage.size_bytes(gen),
             )
         return out
 
@@ -353,11 +360,5 @@ def _with_source(chunk: Chunk, rel: str) -> Chunk:
     )
 
 
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def list_collections(settings: Settings) -> list[str]:
-    if not settings.collections_dir.exists():
-        return []
-    return sorted(p.name for p in settings.collections_dir.iterdir() if (p / "registry.sqlite").exists())
+    return stored_collection_names(settings)

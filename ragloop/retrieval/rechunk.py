@@ -5,9 +5,9 @@ only the file's chunks change, in place in the chunk order; every other chunk ke
 The file's size/overlap is recorded as a per-document override in the registry, so later ingests
 keep it without touching the collection's index fingerprint.
 
-Atomic like an ingest: the generation directory is written whole, then the override, the file's
-registry row and the generation pointer change in one registry transaction. Anything failing
-before that commit removes the half-built directory and leaves the previous generation serving.
+Atomic like an ingest (`Collection.publish`): the generation is stored whole, then the override,
+the file's registry row and the generation pointer change in one registry transaction. Anything
+failing before that commit removes what was staged and leaves the previous generation serving.
 Vectors of chunks whose indexed text already exists in the current or previous generation are
 reused, so a revert restores the previous vectors exactly instead of re-embedding them.
 """
@@ -15,23 +15,20 @@ reused, so a revert restores the previous vectors exactly instead of re-embeddin
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from ragloop.config.pipeline import LexicalConfig, PipelineConfig
+from ragloop.config.pipeline import PipelineConfig
 from ragloop.ingest.chunking import chunk_document
 from ragloop.ingest.loaders import load_file
-from ragloop.ingest.registry import DocumentOverride
+from ragloop.ingest.registry import DocumentOverride, RegistryTxn
 from ragloop.ingest.scan import chunk_fingerprint
-from ragloop.ingest.types import Chunk
 from ragloop.models import make_embedder
 from ragloop.retrieval.collection import Collection, CollectionError, _source, _with_source
-from ragloop.retrieval.store import gen_dir, index_text, remove_stale, write_generation
+from ragloop.retrieval.store import IndexSpec, index_text
 
 
 @dataclass(frozen=True)
@@ -64,16 +61,15 @@ def _file_hash(path: Path) -> str:
 
 
 def _known_vectors(collection: Collection, generations: list[int], headings: bool) -> dict[str, np.ndarray]:
-    """index text -> vector over the given generations still on disk (newest wins)."""
+    """index text -> vector over the given generations still stored (newest wins)."""
     out: dict[str, np.ndarray] = {}
     for g in sorted(generations):
-        path = gen_dir(collection.dir, g)
-        if not (path / "chunks.jsonl").exists():
+        found = collection.storage.rows(g) if g > 0 else None
+        if found is None:
             continue
-        vectors = np.load(path / "vectors.npy", mmap_mode="r")
-        with (path / "chunks.jsonl").open(encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                out[index_text(Chunk.from_json(json.loads(line)), headings)] = np.asarray(vectors[i])
+        chunks, vectors = found
+        for i, chunk in enumerate(chunks):
+            out[index_text(chunk, headings)] = np.asarray(vectors[i])
     return out
 
 
@@ -134,41 +130,23 @@ def rechunk_document(
         )
 
         new_gen = old_gen + 1
-        written = gen_dir(collection.dir, new_gen)
-        shutil.rmtree(written, ignore_errors=True)  # an orphan of a killed run: the pointer never named it
-        try:
-            write_generation(
-                collection.dir,
-                new_gen,
-                chunks,
-                vectors,
-                lexical=LexicalConfig.model_validate(m.lexical),
-                embedder=m.embedder,
-                fingerprint=m.fingerprint,
-                dense_backend=m.dense_backend,
-                ann_threshold=0,  # the backend is named explicitly: no auto choice
-                index_headings=m.index_headings,
-            )
-            with registry.transaction() as txn:
-                if override is None:
-                    txn.clear_document_override(rel)
-                else:
-                    txn.set_document_override(override)
-                txn.upsert_file(
-                    replace(
-                        record,
-                        fingerprint=chunk_fingerprint(chunking, rel, fingerprint),
-                        n_docs=len(docs),
-                        n_chunks=len(fresh),
-                        ingested_at=time.time(),
-                    )
+
+        def changes(txn: RegistryTxn) -> None:
+            if override is None:
+                txn.clear_document_override(rel)
+            else:
+                txn.set_document_override(override)
+            txn.upsert_file(
+                replace(
+                    record,
+                    fingerprint=chunk_fingerprint(chunking, rel, fingerprint),
+                    n_docs=len(docs),
+                    n_chunks=len(fresh),
+                    ingested_at=time.time(),
                 )
-                txn.set_state("generation", str(new_gen))
-        except BaseException:
-            if collection.generation() != new_gen:  # not committed: the previous generation serves on
-                shutil.rmtree(written, ignore_errors=True)
-            raise
-        remove_stale(collection.dir, new_gen)
+            )
+
+        collection.publish(new_gen, chunks, vectors, IndexSpec.of(m), changes)
         return RechunkResult(
             rel=rel,
             generation_before=old_gen,

@@ -75,50 +75,78 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class IndexSpec:
+    """How a generation is indexed (everything but its rows): the same for every storage backend."""
+
+    lexical: LexicalConfig
+    embedder: str
+    fingerprint: str
+    dense_backend: str
+    ann_threshold: int  # 0 when `dense_backend` is named explicitly (no auto choice)
+    index_headings: bool
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> IndexSpec:
+        """The spec a generation was written with, to write its successor the same way."""
+        return cls(
+            lexical=LexicalConfig.model_validate(manifest.lexical),
+            embedder=manifest.embedder,
+            fingerprint=manifest.fingerprint,
+            dense_backend=manifest.dense_backend,
+            ann_threshold=0,
+            index_headings=manifest.index_headings,
+        )
+
+
+def build_generation(
+    directory: Path, generation: int, chunks: list[Chunk], vectors: np.ndarray, spec: IndexSpec
+) -> Manifest:
+    """Every file of a generation (chunks, vectors, BM25, ANN, manifest) into an empty `directory`;
+    no fsync, no rename: the caller makes it durable and visible its own way."""
+    texts = [index_text(c, spec.index_headings) for c in chunks]
+    with (directory / "chunks.jsonl").open("w", encoding="utf-8") as f:
+        for c in chunks:
+            f.write(json.dumps(c.to_json(), ensure_ascii=False) + "\n")
+    np.save(directory / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+    bm25 = BM25Index(spec.lexical)
+    bm25.build(texts)
+    (directory / "bm25").mkdir()
+    bm25.save(directory / "bm25")
+    dim = int(vectors.shape[1]) if vectors.ndim == 2 else 0
+    index = make_vector_index(
+        spec.dense_backend,  # type: ignore[arg-type]
+        dim,
+        expected_size=len(chunks),
+        ann_threshold=spec.ann_threshold,
+    )
+    if index.name != "exact":
+        index.add(vectors)
+        (directory / "ann").mkdir()
+        index.save(directory / "ann")
+    manifest = Manifest(
+        generation=generation,
+        created_at=time.time(),
+        n_chunks=len(chunks),
+        embedder=spec.embedder,
+        dim=dim,
+        lexical=spec.lexical.model_dump(mode="json"),
+        fingerprint=spec.fingerprint,
+        dense_backend=index.name,
+        index_headings=spec.index_headings,
+    )
+    (directory / "manifest.json").write_text(json.dumps(asdict(manifest), indent=2))
+    return manifest
+
+
 def write_generation(
-    collection_dir: Path,
-    generation: int,
-    chunks: list[Chunk],
-    vectors: np.ndarray,
-    *,
-    lexical: LexicalConfig,
-    embedder: str,
-    fingerprint: str,
-    dense_backend: str,
-    ann_threshold: int,
-    index_headings: bool,
+    collection_dir: Path, generation: int, chunks: list[Chunk], vectors: np.ndarray, spec: IndexSpec
 ) -> Path:
     final = gen_dir(collection_dir, generation)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    texts = [index_text(c, index_headings) for c in chunks]
-    with (tmp / "chunks.jsonl").open("w", encoding="utf-8") as f:
-        for c in chunks:
-            f.write(json.dumps(c.to_json(), ensure_ascii=False) + "\n")
-    np.save(tmp / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
-    bm25 = BM25Index(lexical)
-    bm25.build(texts)
-    (tmp / "bm25").mkdir()
-    bm25.save(tmp / "bm25")
-    dim = int(vectors.shape[1]) if vectors.ndim == 2 else 0
-    index = make_vector_index(dense_backend, dim, expected_size=len(chunks), ann_threshold=ann_threshold)  # type: ignore[arg-type]
-    if index.name != "exact":
-        index.add(vectors)
-        (tmp / "ann").mkdir()
-        index.save(tmp / "ann")
-    manifest = Manifest(
-        generation=generation,
-        created_at=time.time(),
-        n_chunks=len(chunks),
-        embedder=embedder,
-        dim=dim,
-        lexical=lexical.model_dump(mode="json"),
-        fingerprint=fingerprint,
-        dense_backend=index.name,
-        index_headings=index_headings,
-    )
-    (tmp / "manifest.json").write_text(json.dumps(asdict(manifest), indent=2))
+    build_generation(tmp, generation, chunks, vectors, spec)
     for p in tmp.rglob("*"):
         if p.is_file():
             with p.open("rb+") as fh:
@@ -138,14 +166,20 @@ def load_generation(path: Path) -> IndexGeneration:
     with (path / "chunks.jsonl").open(encoding="utf-8") as f:
         chunks = [Chunk.from_json(json.loads(line)) for line in f]
     vectors = np.load(path / "vectors.npy", mmap_mode="r")
-    bm25 = BM25Index.load(path / "bm25", LexicalConfig.model_validate(manifest.lexical))
-    if (path / "ann").exists():
-        vindex = load_vector_index(path / "ann")
-    else:
-        vindex = make_vector_index("exact", manifest.dim)
-        if len(chunks):
-            vindex.add(np.asarray(vectors))
+    bm25, vindex = open_indexes(path, manifest, vectors)
     return IndexGeneration(path, manifest, chunks, vectors, bm25, vindex)
+
+
+def open_indexes(directory: Path, manifest: Manifest, vectors: np.ndarray) -> tuple[BM25Index, VectorIndex]:
+    """The BM25 index saved under `directory/bm25`, and the saved ANN index under `directory/ann`
+    (or an exact index over `vectors` when the generation has none)."""
+    bm25 = BM25Index.load(directory / "bm25", LexicalConfig.model_validate(manifest.lexical))
+    if (directory / "ann").exists():
+        return bm25, load_vector_index(directory / "ann")
+    vindex = make_vector_index("exact", manifest.dim)
+    if len(vectors):
+        vindex.add(np.asarray(vectors))
+    return bm25, vindex
 
 
 def remove_stale(collection_dir: Path, current: int) -> None:

@@ -11,6 +11,8 @@ from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
 from tests.agent.conftest import HASHED
 
+pytestmark = pytest.mark.usefixtures("kb_backend")  # embedded files and PostgreSQL
+
 
 def test_without_documents_drops_every_chunk_of_them(coll: Collection) -> None:
     gap = without_documents(coll, ["bridge.md", "ferry.md"], "kb.gap")

@@ -14,6 +14,8 @@ from ragloop.models.scoring import EmbeddingScorer, passage_embed_texts
 from ragloop.retrieval.collection import Collection, CollectionError
 from ragloop.retrieval.retriever import Retriever
 
+pytestmark = pytest.mark.usefixtures("kb_backend")  # embedded files and PostgreSQL
+
 HASHED = PipelineConfig().with_overrides(retrieval={"dense": {"embedder": "test:hashed"}})
 
 
