@@ -3,8 +3,10 @@ serves; a writer that dies between storing the rows and moving the pointer chang
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,19 @@ from ragloop.retrieval.collection import Collection, list_collections
 from ragloop.retrieval.pgstore import chunks_table, generations_table, schema_for
 from ragloop.retrieval.retriever import Retriever
 from ragloop.store.db import normalize_url
+from tests.conftest import drop_collection_schemas
 
 pytestmark = pytest.mark.postgres
 
 HASHED = PipelineConfig().with_overrides(retrieval={"dense": {"embedder": "test:hashed"}})
+
+
+@pytest.fixture
+def pg_url(kb_postgres_url: str) -> Iterator[str]:
+    """The session's scratch database, emptied of collections after the test."""
+    yield kb_postgres_url
+    gc.collect()
+    drop_collection_schemas(kb_postgres_url)
 
 
 def _instance(tmp_path: Path, name: str, url: str) -> Settings:
@@ -48,9 +59,9 @@ def _stored_generations(url: str, name: str) -> list[int]:
     return sorted(gens)
 
 
-def test_an_ingest_on_one_instance_is_served_by_another(tmp_path: Path, kb_postgres_url: str) -> None:
-    a = Collection("shared", _instance(tmp_path, "a", kb_postgres_url))
-    b = Collection("shared", _instance(tmp_path, "b", kb_postgres_url))
+def test_an_ingest_on_one_instance_is_served_by_another(tmp_path: Path, pg_url: str) -> None:
+    a = Collection("shared", _instance(tmp_path, "a", pg_url))
+    b = Collection("shared", _instance(tmp_path, "b", pg_url))
     try:
         assert not b.exists() and b.generation() == 0
         root = _docs(tmp_path / "docs")
@@ -70,17 +81,17 @@ def test_an_ingest_on_one_instance_is_served_by_another(tmp_path: Path, kb_postg
 
         b.delete_documents(["json.md"])  # any instance may write
         assert "json.md" not in {c.doc_id for c in a.load().chunks}
-        assert _stored_generations(kb_postgres_url, "shared") == [2, 3]  # older ones pruned
+        assert _stored_generations(pg_url, "shared") == [2, 3]  # older ones pruned
     finally:
         a.close()
         b.close()
 
 
 def test_a_crash_before_the_pointer_moves_leaves_the_old_generation(
-    tmp_path: Path, kb_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = Collection("kb", _instance(tmp_path, "a", kb_postgres_url))
-    b = Collection("kb", _instance(tmp_path, "b", kb_postgres_url))
+    a = Collection("kb", _instance(tmp_path, "a", pg_url))
+    b = Collection("kb", _instance(tmp_path, "b", pg_url))
     try:
         root = _docs(tmp_path / "docs")
         a.ingest([root], HASHED)
@@ -91,7 +102,7 @@ def test_a_crash_before_the_pointer_moves_leaves_the_old_generation(
 
         def stage_then_die(generation: int, *args: object, **kwargs: object) -> None:
             real_stage(generation, *args, **kwargs)  # type: ignore[arg-type]
-            staged.extend(_stored_generations(kb_postgres_url, "kb"))  # the rows are in, committed
+            staged.extend(_stored_generations(pg_url, "kb"))  # the rows are in, committed
             raise RuntimeError("injected crash between the rows and the pointer")
 
         monkeypatch.setattr(a.storage, "stage", stage_then_die)
@@ -101,7 +112,7 @@ def test_a_crash_before_the_pointer_moves_leaves_the_old_generation(
         assert staged == [1, 2]  # generation 2 was fully written ...
         assert b.generation() == 1 and {c.chunk_id for c in b.load().chunks} == served  # ... never served
         assert "new.md" not in b.registry.files()
-        assert _stored_generations(kb_postgres_url, "kb") == [1]  # and removed again: no garbage
+        assert _stored_generations(pg_url, "kb") == [1]  # and removed again: no garbage
 
         # a writer killed outright leaves its rows (no cleanup ran); readers still never see them,
         # and the next ingest replaces them
@@ -112,7 +123,7 @@ def test_a_crash_before_the_pointer_moves_leaves_the_old_generation(
             m.setattr(RegistryTxn, "set_state", pointer_fails)
             m.setattr(a.storage, "discard", lambda _g: None)  # as if killed: no cleanup
             a.ingest([root], HASHED)
-        assert _stored_generations(kb_postgres_url, "kb") == [1, 2]
+        assert _stored_generations(pg_url, "kb") == [1, 2]
         assert b.generation() == 1 and {c.chunk_id for c in b.load().chunks} == served
         s = b.ingest([root], HASHED)
         assert (s.new, s.generation) == (1, 2) and "new.md" in {c.doc_id for c in a.load().chunks}
@@ -121,10 +132,10 @@ def test_a_crash_before_the_pointer_moves_leaves_the_old_generation(
         b.close()
 
 
-def test_two_instances_never_write_one_collection_at_once(tmp_path: Path, kb_postgres_url: str) -> None:
-    a = Collection("kb", _instance(tmp_path, "a", kb_postgres_url))
-    b = Collection("kb", _instance(tmp_path, "b", kb_postgres_url))
-    other = Collection("other", _instance(tmp_path, "b", kb_postgres_url))
+def test_two_instances_never_write_one_collection_at_once(tmp_path: Path, pg_url: str) -> None:
+    a = Collection("kb", _instance(tmp_path, "a", pg_url))
+    b = Collection("kb", _instance(tmp_path, "b", pg_url))
+    other = Collection("other", _instance(tmp_path, "b", pg_url))
     order: list[str] = []
     try:
         with a.exclusive():
