@@ -228,27 +228,57 @@ _OFF: AbstractContextManager[None] = nullcontext(None)
 
 
 def span(
-    name: str, attributes: Attributes | None = None, *, kind: SpanKind = "internal"
+    name: str, attributes: Attributes | None = None, *, kind: SpanKind = "internal", link: str = ""
 ) -> AbstractContextManager[Any]:
     """A span around the block, current inside it (children join it, across `asyncio.to_thread` too);
     yields None when tracing is off (one shared null context: nothing is allocated). An exception
     leaving the block marks the span as an error with its type (`error.type`), not its message: a
-    message may quote a URL with a key in it.
+    message may quote a URL with a key in it. `link`: a W3C `traceparent` (`traceparent()`) of
+    another trace this span follows from (a job's span links to the request that queued it).
 
     Safe inside async generators (the graph's turn, a streamed model call) that a consumer resumes in
     another context: the span is still ended, and the context it leaves behind is the one before it."""
     tracer = _state.tracer
     if tracer is None:
         return _OFF
-    return _span(tracer, name, attributes, kind)
+    return _span(tracer, name, attributes, kind, link)
+
+
+def traceparent() -> str:
+    """The current span as a W3C `traceparent` header value ("" when off or outside any span)."""
+    if _state.tracer is None:
+        return ""
+    from opentelemetry import trace
+
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return ""
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def _link(value: str) -> Any:
+    """A link to the span a `traceparent` names; None when it is malformed (a stored row is not trusted)."""
+    from opentelemetry.trace import Link, SpanContext, TraceFlags
+
+    parts = value.split("-") if isinstance(value, str) else []
+    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        ctx = SpanContext(
+            int(parts[1], 16), int(parts[2], 16), is_remote=True, trace_flags=TraceFlags(int(parts[3], 16))
+        )
+    except ValueError:
+        return None
+    return Link(ctx) if ctx.is_valid else None
 
 
 @contextmanager
-def _span(tracer: Any, name: str, attributes: Attributes | None, kind: SpanKind) -> Iterator[Any]:
+def _span(tracer: Any, name: str, attributes: Attributes | None, kind: SpanKind, link: str) -> Iterator[Any]:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
 
-    sp = tracer.start_span(name, kind=_kind(kind), attributes=attributes)
+    linked = _link(link) if link else None
+    sp = tracer.start_span(name, kind=_kind(kind), attributes=attributes, links=[linked] if linked else None)
     before = otel_context.get_current()
     token = otel_context.attach(trace.set_span_in_context(sp, before))
     try:

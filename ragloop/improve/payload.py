@@ -82,6 +82,9 @@ class EvaluationPayload(_Stored):
     reasons: list[str] = Field(default_factory=list)
     reference: str | None = None
     heuristic_score: float | None = None
+    traceparent: str = ""
+    """The W3C trace context of the request that stored the answer ("" when tracing is off): the
+    job's span links to it (`ragloop.tracing`)."""
 
     _lists = field_validator("citations", "sources", "retrieved", mode="before")(_objects)
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
+from ragloop import tracing
 from ragloop.improve.payload import EvaluationPayload, StoredTrace
 from ragloop.models.chat import estimate_tokens
 from ragloop.service.metrics import ServiceMetrics
@@ -182,6 +183,8 @@ class AnswerRecorder:
         """Commit the answer and its tier-1 job; raises `AnswerNotStoredError` when that cannot be done
         within `timeout_s` (then nothing is stored, except a commit that had already begun)."""
         payload = evaluation_payload(rec, self.redactor)
+        if tracing.enabled():  # the evaluation job's span will link back to this request's trace
+            payload = payload.model_copy(update={"traceparent": tracing.traceparent()})
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         reason = f"no attempt finished within {self.timeout_s:g} s"

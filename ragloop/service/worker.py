@@ -199,7 +199,9 @@ class EvaluationWorker:
     async def process(self, job: Job) -> Processed:
         start = time.perf_counter()
         # one span per job (a root: the answer's request is long gone); its judge's model calls are children
-        with tracing.span(f"ragloop.job {job.tier}", job_attributes(job, self.worker_id), kind="consumer") as sp:
+        link = str(job.payload.get("traceparent") or "") if tracing.enabled() else ""  # the answer's request
+        attrs = job_attributes(job, self.worker_id)
+        with tracing.span(f"ragloop.job {job.tier}", attrs, kind="consumer", link=link) as sp:
             if self.job_delay_s:
                 await asyncio.sleep(self.job_delay_s)
             beat = asyncio.create_task(self._heartbeat(job))

@@ -165,6 +165,7 @@ async def test_a_worker_job_is_a_span_with_its_kind_and_status(
     collection: Collection, store: Store, spans: InMemorySpanExporter
 ) -> None:
     answer_id = await _ask(store, make_keys(store).u)
+    (request,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER]
     spans.clear()
     assert await worker_for(store).run(drain=True) >= 1
     jobs = [s for s in spans.get_finished_spans() if s.name.startswith("ragloop.job ")]
@@ -173,7 +174,21 @@ async def test_a_worker_job_is_a_span_with_its_kind_and_status(
     assert heuristic.name == "ragloop.job heuristic" and heuristic.kind == SpanKind.CONSUMER
     assert heuristic.attributes["ragloop.answer_id"] == answer_id
     assert heuristic.attributes["ragloop.job.status"] == "completed"
-    assert heuristic.parent is None  # a root: the request that queued it has ended
+    assert heuristic.parent is None  # a root: the request that queued it has ended, and is linked
+    assert [(lk.context.trace_id, lk.context.span_id) for lk in heuristic.links] == [
+        (request.context.trace_id, request.context.span_id)
+    ]
+
+
+def test_a_malformed_stored_trace_context_is_no_link(spans: InMemorySpanExporter) -> None:
+    for bad in ("", "00-xyz", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", "00-" + "g" * 32 + "-" + "1" * 16 + "-01"):
+        with tracing.span("job", link=bad):
+            pass
+    assert all(not s.links for s in spans.get_finished_spans())
+    with tracing.span("request"):
+        parent = tracing.traceparent()
+    with tracing.span("job", link=parent) as sp:
+        assert sp.links and f"{sp.links[0].context.span_id:016x}" in parent
 
 
 async def test_a_document_upload_job_is_a_span_with_its_kind_and_status(
