@@ -236,7 +236,7 @@ def _redact_arg(value: Any) -> Any:
 def install_log_redaction(*logger_names: str) -> RedactKeys:
     """Attach the filter to the named loggers and to every handler of the root logger; and redact personal
     data (`ragloop.text.pii`) from every record the process makes."""
-    from ragloop.text.pii import install_log_redaction as install_pii
+    from ragloop.text.pii_logging import install_log_redaction as install_pii
 
     install_pii()
     flt = RedactKeys()

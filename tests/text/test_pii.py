@@ -18,10 +18,10 @@ from ragloop.text.pii import (
     card_ok,
     default_redactor,
     iban_ok,
-    install_log_redaction,
     load_patterns,
     luhn_ok,
 )
+from ragloop.text.pii_logging import install_log_redaction
 
 R = Redactor()
 
