@@ -15,9 +15,11 @@ backend runs (`build_generation`), so the lexical side scores exactly as it does
 (identical hybrid quality, nothing to re-measure), and opening a generation costs a read, not a
 rebuild. Vectors are searched in memory after load (`ExactIndex`, or the stored usearch/faiss
 graph), like the embedded backend. A vector index that lives in the database itself (pgvector's
-HNSW) plugs in as a `DatabaseVectorBackend` registered under its `dense.backend` name: staging
-then calls its `write` in the generation's transaction, and loading asks it to `open` a
-`VectorIndex` instead of building one in memory.
+HNSW, `ragloop.retrieval.pgvector_index.PgVectorDatabaseBackend`) plugs in as a
+`DatabaseVectorBackend` under its `dense.backend` name: staging then calls its `write` in the
+generation's transaction (rows and graph commit or vanish with the chunks), loading asks it to
+`open` a `VectorIndex` instead of building one in memory, and deleting a generation drops it.
+On a server without the extension (`available` false) the generation falls back to exact search.
 
 Atomicity is the seam's (`ragloop.retrieval.storage`): `stage` commits the generation's rows in
 one transaction while the registry still names the old generation; `Collection` then moves the
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import tempfile
 import weakref
@@ -67,6 +70,8 @@ from ragloop.retrieval.dense import VectorIndex
 from ragloop.retrieval.storage import GenerationGone
 from ragloop.retrieval.store import IndexGeneration, IndexSpec, Manifest, build_generation, open_indexes
 from ragloop.store.db import normalize_url
+
+log = logging.getLogger(__name__)
 
 SCHEMA_PREFIX = "rlkb_"
 NAME_KEY = "collection_name"
@@ -105,6 +110,10 @@ class DatabaseVectorBackend(Protocol):
 
     name: str
 
+    def available(self, conn: Connection) -> bool:
+        """Whether this database can hold it (else the generation is searched in memory, exact)."""
+        ...
+
     def write(self, conn: Connection, schema: str, generation: int, vectors: np.ndarray) -> None:
         """Index `vectors` (row i = chunk position i) inside the staging transaction."""
         ...
@@ -124,6 +133,16 @@ DATABASE_VECTOR_BACKENDS: dict[str, DatabaseVectorBackend] = {}
 def register_database_vector_backend(backend: DatabaseVectorBackend) -> None:
     """Make `dense.backend = backend.name` store and search vectors in the database."""
     DATABASE_VECTOR_BACKENDS[backend.name] = backend
+
+
+def database_vector_backend(name: str) -> DatabaseVectorBackend | None:
+    """The in-database index registered as `name`; pgvector's is registered on first use, so
+    psycopg-only installs never import it."""
+    if name == "pgvector" and name not in DATABASE_VECTOR_BACKENDS:
+        from ragloop.retrieval.pgvector_index import PgVectorDatabaseBackend
+
+        register_database_vector_backend(PgVectorDatabaseBackend())
+    return DATABASE_VECTOR_BACKENDS.get(name)
 
 
 def schema_for(name: str) -> str:
@@ -191,15 +210,13 @@ class PgStorage:
 
     # generations ---------------------------------------------------------------------------
     def stage(self, generation: int, chunks: list[Chunk], vectors: np.ndarray, spec: IndexSpec) -> None:
-        db_index = DATABASE_VECTOR_BACKENDS.get(spec.dense_backend)
+        db_index = database_vector_backend(spec.dense_backend)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with tempfile.TemporaryDirectory(prefix="ragloop-pgstage-") as tmp:
             root = Path(tmp)
             manifest = build_generation(
                 root, generation, chunks, vectors, replace(spec, dense_backend="exact") if db_index else spec
             )
-            if db_index is not None:
-                manifest = replace(manifest, dense_backend=db_index.name)
             blobs = [
                 {"generation": generation, "name": p.relative_to(root).as_posix(), "data": p.read_bytes()}
                 for sub in ("bm25", "ann")
@@ -209,6 +226,11 @@ class PgStorage:
         self.registry  # noqa: B018 - the schema must exist before the first generation
         with self.engine.begin() as conn:
             self._delete(conn, [generation])
+            if db_index is not None and not db_index.available(conn):
+                log.warning("%s is not available in this database: %r is searched exactly", db_index.name, self.name)
+                db_index = None
+            if db_index is not None:
+                manifest = replace(manifest, dense_backend=db_index.name)
             conn.execute(insert(generations_table).values(generation=generation, manifest=json.dumps(asdict(manifest))))
             for start in range(0, len(chunks), INSERT_BATCH):
                 conn.execute(
@@ -238,9 +260,18 @@ class PgStorage:
     def _delete(self, conn: Connection, generations: Sequence[int]) -> None:
         if not generations:
             return
+        held = conn.execute(
+            select(generations_table.c.generation, generations_table.c.manifest).where(
+                generations_table.c.generation.in_(list(generations))
+            )
+        ).all()
         for table in (chunks_table, files_table, generations_table):
             conn.execute(delete(table).where(table.c.generation.in_(list(generations))))
-        for db_index in DATABASE_VECTOR_BACKENDS.values():
+        # what an in-database index stored goes too: by the backend each generation names (a
+        # staged orphan's manifest may be gone with a killed writer: ask every backend known here)
+        named = {json.loads(raw).get("dense_backend", "") for _, raw in held}
+        backends = {b for b in map(database_vector_backend, named) if b is not None}
+        for db_index in backends | set(DATABASE_VECTOR_BACKENDS.values()):
             db_index.delete(conn, self.schema, generations)
 
     def _read(self, generation: int, with_files: bool) -> tuple[Manifest, list[Chunk], np.ndarray, dict[str, bytes]]:
@@ -269,7 +300,7 @@ class PgStorage:
 
     def load(self, generation: int) -> IndexGeneration:
         manifest, chunks, vectors, files = self._read(generation, with_files=True)
-        db_index = DATABASE_VECTOR_BACKENDS.get(manifest.dense_backend)
+        db_index = database_vector_backend(manifest.dense_backend)
         # the index files are opened (memory-mapped) from a private folder that is then removed:
         # the mappings outlive the names (POSIX), and nothing is left behind in any home
         with tempfile.TemporaryDirectory(prefix="ragloop-pgload-") as tmp:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from ragloop.config import PipelineConfig, Settings
@@ -155,3 +155,38 @@ def test_two_instances_never_write_one_collection_at_once(tmp_path: Path, pg_url
 def _hold(coll: Collection, order: list[str]) -> None:
     with coll.exclusive():
         order.append("b")
+
+
+def test_a_pgvector_generation_is_searched_on_the_server_and_dropped_with_it(tmp_path: Path, pgvector_url: str) -> None:
+    """`dense.backend = pgvector` on a PostgreSQL collection: the vectors are indexed in a server
+    table every instance searches; pruning a generation drops its table."""
+    from ragloop.retrieval.pgvector_index import PgVectorIndex
+
+    config = HASHED.with_overrides(retrieval={"dense": {"backend": "pgvector"}})
+    a = Collection("pgv", _instance(tmp_path, "a", pgvector_url))
+    b = Collection("pgv", _instance(tmp_path, "b", pgvector_url))
+    root = _docs(tmp_path / "docs")
+    try:
+        a.ingest([root], config)
+        index = b.load().vectors_index
+        assert isinstance(index, PgVectorIndex) and len(index) == len(b.load().chunks)
+        hits = Retriever(b, config.retrieval).retrieve("directory tree", k=1, mode="dense")
+        assert hits[0].doc_id == "walk.md"
+        first = index.table
+        for i in range(2):  # generations 2 and 3: generation 1 is pruned, and its table with it
+            (root / f"extra{i}.md").write_text(f"# Extra {i}\n\nMore text number {i} about queues.\n")
+            a.ingest([root], config)
+        engine = create_engine(normalize_url(pgvector_url), poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(text("SELECT to_regclass(:t)"), {"t": first}).scalar() is None
+                current = b.load().vectors_index
+                assert isinstance(current, PgVectorIndex) and current.table != first
+                assert conn.execute(text("SELECT to_regclass(:t)"), {"t": current.table}).scalar() is not None
+        finally:
+            engine.dispose()
+    finally:
+        a.close()
+        b.close()
+        gc.collect()
+        drop_collection_schemas(pgvector_url)

@@ -18,7 +18,7 @@ from ragloop.config.pipeline import LexicalConfig, PipelineConfig
 from ragloop.ingest.types import Chunk
 from ragloop.retrieval.dense import ExactIndex, load_vector_index
 from ragloop.retrieval.pgvector_index import PgVectorIndex, PgVectorUnavailable, copy_payload, pgvector_url
-from ragloop.retrieval.store import gen_dir, load_generation, remove_stale, write_generation
+from ragloop.retrieval.store import IndexSpec, gen_dir, load_generation, remove_stale, write_generation
 from tests.store.conftest import DEFAULT_POSTGRES_URL, _ci, require_postgres
 
 
@@ -152,12 +152,14 @@ def test_pipeline_generation_keeps_vectors_in_pgvector_and_drops_them_with_the_g
             generation,
             chunks,
             vectors,
-            lexical=LexicalConfig(),
-            embedder="test",
-            fingerprint="f",
-            dense_backend="pgvector",
-            ann_threshold=0,
-            index_headings=False,
+            IndexSpec(
+                lexical=LexicalConfig(),
+                embedder="test",
+                fingerprint="f",
+                dense_backend="pgvector",
+                ann_threshold=0,
+                index_headings=False,
+            ),
         )
         meta = json.loads((gen_dir(tmp_path, generation) / "ann" / "vectors.json").read_text())
         assert meta["backend"] == "pgvector" and meta["count"] == 50
