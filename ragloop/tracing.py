@@ -3,7 +3,8 @@ requests and the background jobs, exported by OTLP as the standard `OTEL_*` envi
 
 Why a module at the bottom of the layers: the graph (`ragloop.agent`), the call log
 (`ragloop.models.chat`), the service and the workers all open spans, and none of them may import
-another; they all import this. It imports nothing of ragloop, and nothing of OpenTelemetry that is
+another; they all import this. It imports only `ragloop.text.pii` (lazily, to redact captured text),
+and nothing of OpenTelemetry that is
 not installed: the `otel` extra brings the SDK and the OTLP/HTTP exporter; without it (the API
 package alone, or nothing) every call here is a no-op.
 

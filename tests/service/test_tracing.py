@@ -272,6 +272,25 @@ async def test_off_by_default_records_nothing(
         tracing.reset()
 
 
+async def test_a_provider_installed_globally_before_start_up_is_used_as_it_is(
+    collection: Collection, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`opentelemetry-instrument ragloop serve`: the host's provider gets ragloop's spans, and ragloop
+    builds no second exporter (which would ship every span twice)."""
+    provider, exporter = _provider()
+    monkeypatch.setattr(otel_trace, "_TRACER_PROVIDER", provider)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # would be used by an own exporter
+    tracing.reset()
+    try:
+        assert tracing.configure() is True and tracing.tracer_provider() is provider
+        await _ask(store, make_keys(store).u)
+    finally:
+        tracing.reset()  # not owned: left running for its owner
+    names = {s.name for s in exporter.get_finished_spans()}
+    assert {"POST /v1/query", "ragloop.graph", "retrieve"} <= names
+    provider.shutdown()
+
+
 @pytest.mark.parametrize(
     ("env", "exporters"),
     [
