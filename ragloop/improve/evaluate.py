@@ -240,6 +240,11 @@ class OnlineEvaluator:
                 tier1 = self.store.evaluations.latest(job.answer_id, Tier.HEURISTIC)
                 h = tier1.heuristic_score if tier1 is not None and tier1.status == EvaluationStatus.COMPLETED else None
                 gap = disagreement(overall, h)
+                if RoutingReason.NEGATIVE_FEEDBACK in p.reasons and overall is not None:
+                    # a user's negative rating reads as a score of 0: a judge that scores the answer
+                    # well disagrees with the user, and a person should settle it (the review's
+                    # correction is what diagnosis needs; the rating alone names no ideal answer)
+                    gap = max(gap or 0.0, overall)
                 # an unqualified judge's disagreement is no evidence: it sends nobody to review
                 candidate = counts and gap is not None and self.intake.offer(job.answer_id, gap)
                 evidence = dict(result.evidence)

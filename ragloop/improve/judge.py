@@ -8,7 +8,9 @@ Two kinds of judge, both behind `Judge.evaluate(JudgeInput) -> JudgeResult`:
   (`JudgeError`), so a dead judge is retried and then recorded as a failed evaluation, never passed
   off as a judgement.
 - `ChatJudge(chat_model)` asks a chat model once per answer for a structured verdict (the design's
-  "~2,000 tokens per evaluation"), with the sources fenced as data.
+  "~2,000 tokens per evaluation"), with the sources fenced as data; the verdict includes the answer
+  the sources give (`reference_answer`), which diagnosis takes as its ideal answer when no person
+  supplied one. The offline scorer judges write none.
 
 A judge raises on failure; `evaluate.py` and the queue own retries, backoff and the failed-evaluation record.
 """
@@ -180,6 +182,10 @@ class Verdict(BaseModel):
     refusal_appropriate: float | None = Field(
         default=None, ge=0.0, le=1.0, description="for a refusal: 1 when the sources really lack the answer"
     )
+    reference_answer: str = Field(
+        default="",
+        description="the correct answer as the sources give it, in one or two sentences; empty if they lack it",
+    )
 
 
 JUDGE_SYSTEM = (
@@ -200,7 +206,9 @@ Score the answer:
 - answer_relevance: how directly the answer addresses the question;
 - context_precision: the share of the sources that are useful for the question;
 - unsupported_claims: the claims the sources do not support;
-- refusal_appropriate: only if the answer declines to answer, 1 when the sources really do not contain the answer."""
+- refusal_appropriate: only if the answer declines to answer, 1 when the sources really do not contain the answer;
+- reference_answer: the correct answer to the question as the sources give it, in one or two sentences (empty when
+  the sources do not contain it)."""
 
 
 def _fence(text: str) -> str:
@@ -238,6 +246,10 @@ class ChatJudge(Judge):
             "tokens": resp.usage.total_tokens,
             "latency_ms": round(resp.latency_ms, 1),
         }
+        if v.reference_answer.strip():
+            # what diagnosis reads as the judge's ideal answer (`served.choose_ideal`, after reviews,
+            # corrections and golden references): without it an answer nobody corrected is never diagnosed
+            evidence["reference_answer"] = v.reference_answer.strip()[:2000]
         return JudgeResult(scores, evidence)
 
     async def aclose(self) -> None:

@@ -53,6 +53,10 @@ class RoutingConfig:
     review for disagreement: the highest-disagreement candidates, chosen when the day is over."""
     tier3_disagreement_daily_max: int = 25
     """And at most this many a day (0: disagreement sends nothing to review)."""
+    tier3_disagreement_daily_min: int = 20
+    """But the first this many disagreements of a UTC day (never more than the daily max) go to review
+    at once, whatever the share allows: one reviewer's day of work. At low volume the share rounds to
+    one item a day, a day late, and reviewers sat idle while diagnosis waited for their corrections."""
 
 
 def sampled(answer_id: str, salt: str, rate: float) -> bool:

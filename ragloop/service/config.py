@@ -73,6 +73,7 @@ class ServiceConfig:
     tier3_disagreement: float = _ROUTING.tier3_disagreement
     tier3_disagreement_share: float = _ROUTING.tier3_disagreement_share
     tier3_disagreement_daily_max: int = _ROUTING.tier3_disagreement_daily_max
+    tier3_disagreement_daily_min: int = _ROUTING.tier3_disagreement_daily_min
     diagnose: bool = True
     """Workers also diagnose failed answers (the `diagnosis` tier, `ragloop.improve.engine`; its own knobs
     are `RAGLOOP_DIAGNOSIS_*`); off leaves diagnosis to `ragloop improve run` or other workers."""

@@ -45,6 +45,15 @@ class BrokenJudge(Judge):
         raise ModelError("judge backend is down")
 
 
+class ContentJudge(Judge):
+    """A judge that likes every answer (a negative rating it disagrees with goes to a person)."""
+
+    name = "test:content"
+
+    async def evaluate(self, item: JudgeInput) -> JudgeResult:
+        return JudgeResult({"faithfulness": 0.9, "answer_relevance": 0.9, "context_precision": 0.9})
+
+
 async def ask_all(c: Any, headers: dict[str, str], questions: list[str], session: str = "e") -> list[str]:
     ids = []
     for i, q in enumerate(questions):
@@ -150,8 +159,15 @@ async def test_routing_golden_low_score_and_human_review(collection: Collection,
     )
     async with running(build_app(store)) as c:
         ids = await ask_all(c, keys.u, QUESTIONS[:2])
-        # a strict threshold sends everything to tier 2; every disagreement is a review candidate
-        worker = worker_for(store, tier2_threshold=1.01, tier3_disagreement=-1.0, tier3_disagreement_share=1.0)
+        # a strict threshold sends everything to tier 2; every disagreement is a review candidate (no
+        # floor: each waits for the day's ranked selection)
+        worker = worker_for(
+            store,
+            tier2_threshold=1.01,
+            tier3_disagreement=-1.0,
+            tier3_disagreement_share=1.0,
+            tier3_disagreement_daily_min=0,
+        )
 
         def judged() -> bool:
             return all(("llm_judge", "completed") in tiers_of(store, a) for a in ids)
@@ -273,3 +289,24 @@ def test_the_routing_knobs_reach_improve_from_the_environment() -> None:
     assert ServiceConfig().routing == RoutingConfig()
     cfg = SERVICE.from_env({"RAGLOOP_TIER2_THRESHOLD": "0.4", "RAGLOOP_TIER3_DISAGREEMENT_DAILY_MAX": "3"})
     assert cfg.routing == RoutingConfig(tier2_threshold=0.4, tier3_disagreement_daily_max=3)
+
+
+async def test_a_negative_rating_the_judge_disagrees_with_goes_to_review(collection: Collection, store: Store) -> None:
+    """The rating reads as a score of 0: the judge's 0.9 disagrees by 0.9, and the day's floor sends
+    it to review at once (where a correction gives diagnosis its ideal answer)."""
+    keys = make_keys(store)
+    async with running(build_app(store)) as c:
+        [answer_id] = await ask_all(c, keys.u, QUESTIONS[:1])
+        r = await c.post(f"/v1/answers/{answer_id}/feedback", json={"rating": "negative"}, headers=keys.u)
+        assert r.json()["improvement_queued"]
+        worker = worker_for(store, judge=ContentJudge(), tier3_disagreement_daily_min=5)
+
+        def judged() -> bool:
+            return ("llm_judge", "completed") in tiers_of(store, answer_id)
+
+        await drain_until(store, worker, judged)
+        ev = store.evaluations.latest(answer_id, "llm_judge")
+        assert ev is not None and ev.failure_evidence is not None
+        assert ev.failure_evidence["disagreement"] >= 0.9 - 1e-9 and ev.failure_evidence["review_candidate"]
+        queue = (await c.get("/v1/review", headers=keys.a)).json()
+        assert [(i["answer_id"], i["reasons"]) for i in queue] == [(answer_id, ["tier1_tier2_disagreement"])]

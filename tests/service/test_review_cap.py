@@ -39,6 +39,7 @@ async def test_the_worker_caps_a_flood_and_the_gauges_match(collection: Collecti
         "tier3_sample_rate": 0.0,
         "tier3_disagreement_share": 1.0,
         "tier3_disagreement_daily_max": 2,
+        "tier3_disagreement_daily_min": 0,  # no floor: every candidate waits for the day's ranked selection
     }
     async with running(build_app(store)) as c:
         ids = []
