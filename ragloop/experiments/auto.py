@@ -19,9 +19,10 @@ experiments) does at most one of:
    - **awaiting approval** when `require_approval` is on and no human approved it
      (`store.pipelines.approve`); off by default, see below;
    - **golden check** on the working golden set (never the held-out 20%): candidate and current
-     answer the same entries, and the candidate is refused when any metric regresses by the
-     nightly regression's own rule (`regression.compare_paired`: a relative drop > 2% *and* a
-     paired 95% interval below 0). Refused → audited (`auto_experiment_refused`), never tried again;
+     answer the same entries, and the candidate is refused when any gate metric (end-to-end
+     correctness, document recall, refusals: `regression.GATES`; answer F1 is reported, not a gate)
+     regresses by the nightly regression's own rule (`regression.compare_paired`: a relative drop
+     > 2% *and* a paired 95% interval below 0). Refused → audited (`auto_experiment_refused`), never tried again;
    - passed → an **experiment** with the service's defaults (`AutoExperimentSettings`: traffic split,
      minimum sample, minimum duration on the loop's clock, primary metric, guardrails), audited
      (`auto_experiment_start`) with the golden evidence. The existing aggregation decides it.
@@ -62,7 +63,7 @@ from ragloop.experiments.registry import (
     running_experiment,
     utc_now,
 )
-from ragloop.experiments.regression import METRICS, THRESHOLD, Answerer, compare_paired, score_entry
+from ragloop.experiments.regression import GATES, THRESHOLD, Answerer, compare_paired, score_entry
 from ragloop.experiments.versions import version_config
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def golden_check(
             return GoldenVerdict(False, {"entries": len(entries), "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
         comparisons = [
             c
-            for m in METRICS
+            for m in GATES
             if (c := compare_paired(m, scored[current].get(m, {}), scored[candidate].get(m, {}), threshold)) is not None
         ]
         regressed = [c.metric for c in comparisons if c.regressed]

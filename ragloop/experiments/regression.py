@@ -1,9 +1,15 @@
 """The nightly regression: the working golden set (never the held-out 20%) through the current
 pipeline, scored offline, compared with the last approved baseline; a drop rolls back.
 
-Per entry: `answer_f1` (token F1 against the expected answer, answerable entries with one),
-`doc_recall` (share of the required documents among the retrieved ones) and `refusal_correct`
-(1 when the pipeline refused exactly the unanswerable entries). The **baseline** is the latest
+Per entry: `answer_correct` (answerable entries with an expected answer: 1 when the answer is
+right by the evaluation harness's own end-to-end rule, `answer_is_correct`), `answer_f1` (token F1
+against the expected answer), `doc_recall` (share of the required documents among the retrieved
+ones) and `refusal_correct` (1 when the pipeline refused exactly the unanswerable entries).
+**Gates** (`GATES`): correctness, document recall and refusals decide; `answer_f1` is reported, not
+a gate. Why: F1 against a one-line reference punishes a longer, complete answer. On MTRAG-UN,
+turning knowledge refinement off raised end-to-end accuracy 0.25 -> 0.40 while F1 fell
+0.275 -> 0.250 (`benchmarks/results/loop_knobs.md`), so an F1 gate refused exactly the changes the
+loop is measured on, and let through ones that shorten answers. The **baseline** is the latest
 completed run that detected no regression (a run that found one is never a baseline); its
 pipeline version is the *last approved version*.
 
@@ -25,14 +31,18 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragloop.evaluation.metrics.answer import token_f1
+from ragloop.evaluation.metrics.answer import judge_correct, squad_scores, token_f1
+from ragloop.evaluation.metrics.item import CORRECT_THRESHOLD
 from ragloop.experiments._tdist import t_critical
 from ragloop.experiments.golden import UNANSWERABLE_TAG, working_set
 from ragloop.experiments.versions import PromotedVia
+from ragloop.models.chat import run_sync
+from ragloop.models.scoring.base import Scorer
 
 if TYPE_CHECKING:
     from ragloop.store import GoldenSetEntry, RegressionRun, Store
@@ -40,7 +50,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("ragloop.experiments.regression")
 
 THRESHOLD = 0.02
-METRICS = ("answer_f1", "doc_recall", "refusal_correct")
+METRICS = ("answer_correct", "answer_f1", "doc_recall", "refusal_correct")
+"""Scored and reported per entry."""
+GATES = ("answer_correct", "doc_recall", "refusal_correct")
+"""The metrics whose regression fails a run (the nightly regression, the auto-experiment golden check)."""
+SPAN_WORDS = 5
+"""An expected answer of at most this many words is a span (SQuAD-style): right when the answer
+contains it; a longer one is a reference in words, judged (`CORRECT_THRESHOLD` of its claims)."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +75,30 @@ def score_entry(entry: GoldenSetEntry, got: Answered) -> dict[str, float]:
     scores: dict[str, float] = {"refusal_correct": 1.0 if got.refused == unanswerable else 0.0}
     if not unanswerable and entry.expected_answer:
         scores["answer_f1"] = 0.0 if got.refused else float(token_f1(got.answer, entry.expected_answer))
+        scores["answer_correct"] = 0.0 if got.refused else float(answer_is_correct(got.answer, entry.expected_answer))
     required = list(entry.required_doc_ids or [])
     if required:
         seen = set(got.doc_ids)
         scores["doc_recall"] = sum(1 for d in required if d in seen) / len(required)
     return scores
+
+
+def answer_is_correct(answer: str, expected: str, question: str = "") -> bool:
+    """The harness's end-to-end rule (`evaluation.metrics.item.answer_correct`) for one expected
+    answer: a short span must occur in the answer; a reference in words must have at least half its
+    claims supported by the answer, judged by the offline lexical judge (what the simulation's
+    held-out measurement uses), so the gate and the measured outcome agree on what correct means."""
+    if len(expected.split()) <= SPAN_WORDS:
+        return squad_scores(answer, False, [expected], False).contains >= 1.0
+    p = run_sync(judge_correct(_lexical(), answer, expected, question))
+    return p is not None and p >= CORRECT_THRESHOLD
+
+
+@cache
+def _lexical() -> Scorer:
+    from ragloop.models.scoring.lexical import LexicalScorer
+
+    return LexicalScorer()
 
 
 @dataclass
@@ -211,7 +246,7 @@ def run_regression(
         if vals:
             metrics[m] = round(float(np.mean(vals)), 6)
     comparisons: list[MetricComparison] = []
-    for m in METRICS:
+    for m in GATES:
         cmp = compare_paired(
             m,
             {k: v[m] for k, v in base_items.items() if m in v},

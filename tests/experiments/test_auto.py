@@ -139,7 +139,7 @@ def test_a_candidate_worse_on_the_golden_set_is_refused_and_never_retried(store:
     check = golden_check(store, answerer_for)
     step = auto_experiment_step(store, check, settings=SETTINGS, clock=clock)
     assert step.outcome is AutoOutcome.REFUSED
-    assert set(step.detail["golden"]["regressed"]) >= {"answer_f1", "refusal_correct"}
+    assert set(step.detail["golden"]["regressed"]) >= {"answer_correct", "refusal_correct"}
     assert asked == [current, cand]
     refused = store.audit.timeline(action_type=REFUSED)
     assert [e.pipeline_version_after for e in refused] == [cand]

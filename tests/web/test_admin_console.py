@@ -229,10 +229,10 @@ def test_regression_runs_and_the_golden_set(page: Any, served: Served) -> None:
 
     sign_in(page, served.admin, "/admin#regression")
     expect(page.locator("#reg-charts figure")).not_to_have_count(0)
-    expect(page.locator("#reg-charts figcaption.failing")).to_contain_text("answer_f1")
+    expect(page.locator("#reg-charts figcaption.failing")).to_contain_text("answer_correct")
     expect(page.locator("#reg-runs tr")).to_have_count(3)
     expect(page.locator("#reg-runs tr.failing-row")).to_have_count(1)
-    expect(page.locator("#reg-runs tr.failing-row li.failing")).to_contain_text("answer_f1")
+    expect(page.locator("#reg-runs tr.failing-row li.failing")).to_contain_text("answer_correct")
     expect(page.locator("#reg-charts circle.regressed")).to_have_count(1)
     shot(page, "13-admin-regression", full_page=True)
 
