@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragloop.evaluation.metrics.answer import judge_correct, squad_scores, token_f1
-from ragloop.evaluation.metrics.item import CORRECT_THRESHOLD
+from ragloop.evaluation.metrics.answer import token_f1
+from ragloop.evaluation.metrics.item import expected_answer_correct
 from ragloop.experiments._tdist import t_critical
 from ragloop.experiments.golden import UNANSWERABLE_TAG, working_set
 from ragloop.experiments.versions import PromotedVia
@@ -54,9 +54,6 @@ METRICS = ("answer_correct", "answer_f1", "doc_recall", "refusal_correct")
 """Scored and reported per entry."""
 GATES = ("answer_correct", "doc_recall", "refusal_correct")
 """The metrics whose regression fails a run (the nightly regression, the auto-experiment golden check)."""
-SPAN_WORDS = 5
-"""An expected answer of at most this many words is a span (SQuAD-style): right when the answer
-contains it; a longer one is a reference in words, judged (`CORRECT_THRESHOLD` of its claims)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,9 @@ def score_entry(entry: GoldenSetEntry, got: Answered) -> dict[str, float]:
     scores: dict[str, float] = {"refusal_correct": 1.0 if got.refused == unanswerable else 0.0}
     if not unanswerable and entry.expected_answer:
         scores["answer_f1"] = 0.0 if got.refused else float(token_f1(got.answer, entry.expected_answer))
-        scores["answer_correct"] = 0.0 if got.refused else float(answer_is_correct(got.answer, entry.expected_answer))
+        scores["answer_correct"] = (
+            0.0 if got.refused else float(answer_is_correct(got.answer, entry.expected_answer, entry.question))
+        )
     required = list(entry.required_doc_ids or [])
     if required:
         seen = set(got.doc_ids)
@@ -84,14 +83,10 @@ def score_entry(entry: GoldenSetEntry, got: Answered) -> dict[str, float]:
 
 
 def answer_is_correct(answer: str, expected: str, question: str = "") -> bool:
-    """The harness's end-to-end rule (`evaluation.metrics.item.answer_correct`) for one expected
-    answer: a short span must occur in the answer; a reference in words must have at least half its
-    claims supported by the answer, judged by the offline lexical judge (what the simulation's
-    held-out measurement uses), so the gate and the measured outcome agree on what correct means."""
-    if len(expected.split()) <= SPAN_WORDS:
-        return squad_scores(answer, False, [expected], False).contains >= 1.0
-    p = run_sync(judge_correct(_lexical(), answer, expected, question))
-    return p is not None and p >= CORRECT_THRESHOLD
+    """The harness's end-to-end rule for one expected answer (`evaluation.metrics.item.
+    expected_answer_correct`) with the offline lexical judge (what the simulation's held-out
+    measurement uses), so the gate and the measured outcome agree on what correct means."""
+    return run_sync(expected_answer_correct(_lexical(), answer, expected, question))
 
 
 @cache

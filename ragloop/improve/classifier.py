@@ -13,6 +13,7 @@ the tree can be measured on past traffic. The tree (thresholds in `Thresholds`):
        < faithfulness
        and context precision >= context_precision                                  -> GENERATION
     5.                                                                                SUCCESS
+       (an answer that does not give the ideal answer also proposes an answer-graph candidate)
 
 Where it departs from the seed's sketch (section 4.2), and why:
 - Chunking is tested first. The seed reaches it only when no oracle chunk is in the top 100;
@@ -27,6 +28,12 @@ Where it departs from the seed's sketch (section 4.2), and why:
   names-and-numbers grounding check (the offline judge passes a claim with one name swapped),
   and the chosen context-precision floor is 0: rule 4 is only reached with an oracle chunk in
   the top k, which already says the context was the right one.
+
+Retrieval success keeps its name when the answer misses the ideal answer (the mode says where the
+pipeline went wrong: not in retrieval), but it then proposes the same answer-graph candidate a
+generation failure does (`prompt_candidate`: prompt variants and refinement / composer knobs, tried
+on the golden set): on MTRAG-UN the refinement step, not retrieval, made most wrong answers
+(`benchmarks/results/loop_knobs.md`).
 
 `confidence` is the distance of the deciding signal from its threshold, mapped to [0.5, 1]:
 an ordering for the scheduler, not a calibrated probability.
@@ -208,10 +215,20 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
             f"faithfulness {faith:.3f} < {t.faithfulness}, context precision {cp or 0.0:.3f} >= {t.context_precision}",
         )
     matched = _missed(in_top_k, rank_of)
+    missed_ideal: list[ProposedAction] = []
+    if not a.refused and a.gives_ideal is False:
+        missed_ideal.append(
+            ProposedAction(
+                kind=ActionKind.PROMPT_CANDIDATE,
+                reason="an oracle chunk was in the top k and the answer is faithful, but it does not give the "
+                "ideal answer: the answer graph (refinement, composer) lost it",
+                chunk_ids=tuple(top_k),
+            )
+        )
     return done(
         FailureMode.RETRIEVAL_SUCCESS,
         _confidence(max(c.score for c in in_top_k) - t.oracle, margin_scale),
         SuccessEvidence(matched=matched, faithfulness=faith, context_precision=cp),
-        [],
-        f"oracle chunk in top {inp.k}",
+        missed_ideal,
+        f"oracle chunk in top {inp.k}" + ("; the answer misses the ideal answer" if missed_ideal else ""),
     )

@@ -8,7 +8,8 @@ calls) is recorded once, the decision is recomputed from the record at will.
 The answer is assessed with the harness's own metric pieces (`claims`, `chunk_relevance`,
 `context_precision_from`, `SUPPORT_THRESHOLD` from `ragloop.evaluation.metrics.answer`), so
 faithfulness and context precision mean here exactly what they mean in the evaluation reports;
-the unfaithful claims come out of the same support calls as the ratio.
+the unfaithful claims come out of the same support calls as the ratio. Whether the answer gives the
+ideal answer is the harness's end-to-end rule too (`expected_answer_correct`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from collections.abc import Sequence
 
 from ragloop.evaluation.metrics.answer import SUPPORT_THRESHOLD, chunk_relevance, claims, context_precision_from
+from ragloop.evaluation.metrics.item import expected_answer_correct
 from ragloop.improve.classifier import classify
 from ragloop.improve.oracle import OracleRetriever, ranked_chunks
 from ragloop.improve.types import AnswerAssessment, Diagnosis, DiagnosisInput, RankedChunk, Thresholds
@@ -93,6 +95,9 @@ async def assess_answer(
         unfaithful = tuple(c for c, good in zip(cs, ok, strict=True) if not good)
     query = f"{question} {reference}".strip() if reference else question
     cp = context_precision_from(await chunk_relevance(judge, query, list(contexts))) if contexts else None
+    gives = (
+        None if refused or not reference.strip() else await expected_answer_correct(judge, answer, reference, question)
+    )
     return AnswerAssessment(
         faithfulness=faith,
         context_precision=cp,
@@ -102,6 +107,7 @@ async def assess_answer(
         claims=tuple(cs),
         claim_support=tuple(round(p, 6) for p in ps),
         claim_ungrounded=tuple(ungrounded_names(c, joined) for c in cs),
+        gives_ideal=gives,
     )
 
 

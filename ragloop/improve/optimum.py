@@ -8,12 +8,13 @@ loop's final pipeline is measured on.
 **The space** is exactly the remediations' (`SPACE`): retrieval mode and top k (the ranking
 buffer's retrieval refit, `remediation.ranking` / `remediation.topk`), the fusion weight (the same
 refit, hybrid only), the gate τL (`remediation.thresholds`; τU follows it up where τL would pass it),
-and the prompt variant (`remediation.prompts`). Not in it: global chunking (the loop re-chunks one
+the prompt variant and the answer graph's knobs, knowledge refinement on/off and the answer's
+sentence cap (`remediation.prompts`). Not in it: global chunking (the loop re-chunks one
 document at a time, so the start's chunk size is the optimum's too) and the tier-1 model (it
 routes evaluations, it does not answer).
 
 **The search** is AutoRAG's node-by-node greedy: stages in pipeline order (retrieval, fusion,
-gate, prompt), each stage's grid evaluated with the earlier stages fixed at their best, ties kept
+gate, prompt, answer), each stage's grid evaluated with the earlier stages fixed at their best, ties kept
 at the earlier choice. A full product grid would be ~1,000 configs of a full agent run each;
 node-wise search is what AutoRAG itself does and costs the sum, not the product, of the stages.
 
@@ -70,6 +71,8 @@ SPACE: tuple[Stage, ...] = (
     ),
     Stage("gate", (Knob(("agent", "tau_lower"), (0.0, 0.1, 0.2, 0.3, 0.4)),)),
     Stage("prompt", (Knob(("agent", "prompt_version"), tuple(VARIANTS)),)),
+    # the answer graph's knobs the answer-graph candidate turns (`remediation.prompts.variants`)
+    Stage("answer", (Knob(("agent", "refine"), (True, False)), Knob(("agent", "max_answer_sentences"), (3, 8)))),
 )
 
 

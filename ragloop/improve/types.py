@@ -150,6 +150,11 @@ class AnswerAssessment(_Frozen):
     claim_support: tuple[float, ...] = ()
     claim_ungrounded: tuple[tuple[str, ...], ...] = ()
     """Per claim: its names and numbers the context never mentions (`diagnosis.ungrounded_names`)."""
+    gives_ideal: bool | None = None
+    """Does the answer give the ideal answer, by the harness's end-to-end rule
+    (`evaluation.metrics.item.expected_answer_correct`)? None for a refusal or an input stored before
+    it was recorded. A faithful answer from the right context can still miss it: the answer graph
+    (refinement, the composer) dropped the passage that says it."""
 
     def faithfulness_at(self, threshold: float, grounding: bool = False) -> tuple[float | None, tuple[str, ...]]:
         """(share of claims supported at p >= threshold, and with `grounding` naming nothing the

@@ -162,6 +162,19 @@ def test_generation_failure_needs_low_faithfulness_and_useful_context() -> None:
     assert classify(make(TOP, [cand("c1", 0.9)], faith=0.7, cp=1.0), T).mode is FailureMode.RETRIEVAL_SUCCESS
 
 
+def test_a_faithful_answer_that_misses_the_ideal_proposes_an_answer_graph_candidate() -> None:
+    """Retrieval was right (the mode says so), but the answer does not give the ideal answer: the
+    answer graph lost it, and the same candidate a generation failure asks for is proposed."""
+    base = make(TOP, [cand("c2", 0.9)])
+    missed = base.model_copy(update={"assessment": base.assessment.model_copy(update={"gives_ideal": False})})
+    d = classify(missed, T)
+    assert d.mode is FailureMode.RETRIEVAL_SUCCESS and "misses the ideal answer" in d.rule
+    assert [a.kind for a in d.actions] == [ActionKind.PROMPT_CANDIDATE]
+    assert classify(DiagnosisInput.model_validate_json(missed.model_dump_json()), T) == d  # replays
+    right = base.model_copy(update={"assessment": base.assessment.model_copy(update={"gives_ideal": True})})
+    assert classify(right, T).actions == () and classify(base, T).actions == ()  # None: an input stored before
+
+
 def test_a_refusal_is_never_a_generation_failure_and_asks_for_recalibration() -> None:
     d = classify(make(TOP, [cand("c1", 0.9)], faith=None, cp=1.0, refused=True), T)
     assert d.mode is FailureMode.RETRIEVAL_SUCCESS

@@ -48,8 +48,9 @@ def test_the_search_finds_the_best_knobs_stage_by_stage() -> None:
     assert result.changes["retrieval"]["mode"] == "hybrid"
     stages = [t.stage for t in result.trials]
     assert stages.count("retrieval") == 12 and stages.count("fusion") == 4 and stages.count("gate") == 5
-    assert stages.count("prompt") == len(VARIANTS) and {n for _, n in seen} == {len(traffic)}
-    assert [s.name for s in SPACE] == ["retrieval", "fusion", "gate", "prompt"]
+    assert stages.count("prompt") == len(VARIANTS) and stages.count("answer") == 4
+    assert {n for _, n in seen} == {len(traffic)}
+    assert [s.name for s in SPACE] == ["retrieval", "fusion", "gate", "prompt", "answer"]
 
 
 def test_the_fusion_stage_is_skipped_off_hybrid() -> None:

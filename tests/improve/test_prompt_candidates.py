@@ -1,6 +1,7 @@
-"""Prompt candidates: the variants' trial on the working golden set (paired faithfulness gain above
-2 points with its interval above 0, answer F1 not dropping) and the action that turns accumulated
-generation failures into a candidate pipeline version, never the serving one. On SQLite and
+"""Answer-graph candidates: the variants' trial on the working golden set (prompt variants and the
+refine / sentence-cap knobs; a paired correctness or faithfulness gain above 2 points with its
+interval above 0, the other not dropping) and the action that turns accumulated generation failures
+into a candidate pipeline version, never the serving one. On SQLite and
 PostgreSQL (the `store` fixture of tests/improve/conftest.py)."""
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def scripted(by_version: dict[str, Script]) -> prompts.RunnerFactory:
 
     @contextmanager
     def run(cfg: PipelineConfig) -> Iterator[prompts.Answerer]:
-        script = by_version.get(cfg.agent.prompt_version, by_version["v1"])
+        name = cfg.agent.prompt_version
+        if not cfg.agent.refine and cfg.agent.max_answer_sentences == HASHED.agent.max_answer_sentences:
+            name = "refine-off"
+        script = by_version.get(name, by_version["v1"])
         yield lambda q: script(q, int(q.rsplit(" ", 1)[1].rstrip("?")))
 
     return run
@@ -84,7 +88,9 @@ def test_a_variant_that_stops_inventing_facts_is_chosen(store: Store) -> None:
         LexicalScorer(name="lexical"),
     )
     by = {v.version: v for v in trial.variants}
-    assert set(by) == {"v2-citations", "v3-negatives", "v4-context-only"} and trial.alpha == pytest.approx(0.05 / 3)
+    knobs = {"refine-off", "sentences-8", "refine-off+sentences-8"}
+    assert set(by) == {"v2-citations", "v3-negatives", "v4-context-only"} | knobs
+    assert trial.alpha == pytest.approx(0.05 / 12)  # two tests for each of 6 variants
     v4 = by["v4-context-only"]
     assert v4.paired == 30 and v4.baseline_faithfulness == pytest.approx(0.75) and v4.faithfulness == 1.0
     assert v4.gain == pytest.approx(0.25) and v4.lo > 0 and v4.f1_diff > 0
@@ -104,6 +110,25 @@ def test_refusing_is_not_faithfulness_and_a_small_gain_is_not_enough(store: Stor
     small = run_trial(entries, HASHED, scripted({"v1": half_invented, "v3-negatives": one_fixed}), LexicalScorer())
     v3 = next(v for v in small.variants if v.version == "v3-negatives")
     assert 0 < v3.gain < 0.02 and small.chosen is None
+
+
+def test_refinement_off_is_chosen_when_it_makes_answers_right(store: Store) -> None:
+    """The MTRAG-UN case (`loop_knobs.md`): the refined answer is faithful but drops the sentence with
+    the answer; unrefined, it is longer, as faithful, and right. Correctness decides, not F1."""
+    entries = golden(store, 30)
+    short = "The Zorblat Bridge was completed by the engineer Marta Quill."
+
+    def refined(_q: str, _i: int) -> GoldenAnswer:
+        return GoldenAnswer(f"{short} [1]", (BRIDGE,), False)
+
+    def unrefined(_q: str, i: int) -> GoldenAnswer:
+        return faithful(_q, i) if i % 3 else refined(_q, i)  # right on two thirds
+
+    trial = run_trial(entries, HASHED, scripted({"v1": refined, "refine-off": unrefined}), LexicalScorer())
+    off = next(v for v in trial.variants if v.version == "refine-off")
+    assert off.baseline_correct == 0.0 and off.correct == pytest.approx(20 / 30) and off.correct_lo > 0
+    assert off.overrides == {"agent": {"refine": False}} and off.qualifies(0.02)
+    assert trial.chosen is off and trial.to_json()["chosen"] == "refine-off"
 
 
 def _generation_failure(store: Store) -> str:
@@ -175,7 +200,8 @@ def test_the_real_answer_graph_runs_every_variant(store: Store, coll: Collection
     trial = run_trial(
         answerable_entries(store, 10), HASHED, prompts.agent_runner(ctx, "kb"), LexicalScorer(), resamples=200
     )
-    assert trial.entries == 4 and len(trial.variants) == 3
+    assert trial.entries == 4 and [v.version for v in trial.variants] == list(prompts.variants(HASHED))
+    assert len(trial.variants) == 6 and {v.version for v in trial.variants} >= {"refine-off", "sentences-8"}
     for v in trial.variants:
         assert v.paired + v.refused <= 4 and 0.0 <= v.faithfulness <= 1.0
     assert not list(coll.settings.home.glob("checkpoints*"))  # the trial's threads stayed in its temp dir

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragloop.evaluation.metrics.agent import NONE, Pair, agent_metrics, frac, retrieval_metrics, value
-from ragloop.evaluation.metrics.answer import answer_body, squad_scores, strip_citations, token_f1
+from ragloop.evaluation.metrics.answer import answer_body, judge_correct, squad_scores, strip_citations, token_f1
 from ragloop.evaluation.metrics.ops import ops_metrics
 from ragloop.evaluation.metrics.retrieval import (
     average_precision,
@@ -23,9 +23,23 @@ from ragloop.evaluation.metrics.retrieval import (
     reciprocal_rank,
 )
 from ragloop.evaluation.records import ResultRecord
+from ragloop.models.scoring.base import Scorer
 
 CORRECT_THRESHOLD = 0.5
 """A judged correctness probability at or above this counts as a correct answer."""
+SPAN_WORDS = 5
+"""An expected answer of at most this many words is a span (SQuAD-style)."""
+
+
+async def expected_answer_correct(judge: Scorer, answer: str, expected: str, question: str = "") -> bool:
+    """`answer_correct`'s rule for one expected answer, where no gold-span list exists (a golden
+    entry, a diagnosis's ideal answer): a span (<= `SPAN_WORDS` words) must occur in the answer; a
+    reference in words must have at least `CORRECT_THRESHOLD` of its claims supported by the answer,
+    through `judge` (the offline `lexical` one is what the simulation measures with)."""
+    if len(expected.split()) <= SPAN_WORDS:
+        return squad_scores(answer, False, [expected], False).contains >= 1.0
+    p = await judge_correct(judge, answer, expected, question)
+    return p is not None and p >= CORRECT_THRESHOLD
 
 
 def ranking_only_metrics(rec: Mapping[str, Any] | ResultRecord) -> dict[str, Pair]:

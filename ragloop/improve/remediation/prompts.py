@@ -1,26 +1,40 @@
-"""Prompt candidates (generation failures): try the other generation-prompt variants on the golden
-set and register the one that makes answers more faithful as a *candidate* pipeline version.
+"""Answer-graph candidates (generation failures): try the other generation-prompt variants and the
+answer graph's knobs (knowledge refinement on/off, the composer's sentence cap) on the golden set and
+register the one that makes answers right more often, or more faithful, as a *candidate* pipeline version.
 
 The queue keeps one prompt action per collection and pipeline version (`proposals.spec_for`), and
 every further generation failure of that version adds its answer to it while it is proposed; the
-action waits until `min_failures` of its answers have a completed `generation_failure` diagnosis
-(one unfaithful answer is no reason to change how every question is answered).
+action waits until `min_failures` of its answers have a completed diagnosis that blames the answer
+graph: a `generation_failure`, or a `retrieval_success` whose answer does not give the ideal answer
+(the classifier proposes this action for both). One failure is no reason to change how every
+question is answered.
 
-The trial: every variant of `ragloop.agent.prompts.VARIANTS` other than the serving one answers the
-working golden set (live, never the held-out 20%: `experiments.golden.working_set`; answerable
-entries, the first `golden_limit`) on the action's collection, and so does the serving config. Each
+The variants (`variants`): every prompt of `ragloop.agent.prompts.VARIANTS` other than the serving
+one, and the knobs `benchmarks/results/loop_knobs.md` found to matter: knowledge refinement toggled
+(`agent.refine`: on MTRAG-UN off took end-to-end accuracy 0.25 -> 0.40, `baseline` 0.44), a cap of
+8 answer sentences instead of 3, and both. Why these and not τL: lowering τL lost 5 points there.
+
+The trial: every variant answers the working golden set (live, never the held-out 20%:
+`experiments.golden.working_set`; answerable entries, the first `golden_limit`) on the action's
+collection, and so does the serving config. Each
 answer is assessed as the diagnosis assessed the failures (`diagnosis.assess_answer` with the
 diagnosis judge, faithfulness at the tree's claim-support threshold with its grounding check), so
 "more faithful" means what the classifier meant by "unfaithful". Offline there is no prompt: a
 variant's composer rules (support threshold, relevance floor, sentence cap) change the extractive
 answers instead, so the trial measures something with or without a chat model.
 
-A variant becomes the candidate when its faithfulness gain over the serving prompt, paired over
-the entries both answered, is above `min_gain` (2 points) *and* the paired bootstrap interval's
-lower bound is above 0, at a Bonferroni-corrected level (0.05 / number of variants tried), and
-its answer F1 against the references does not drop (the F1 difference's interval does not lie
-below 0): a variant that refuses or truncates its way to faithfulness is no improvement. The best
-such variant (largest gain) is registered; the trial's table is its own audit entry either way.
+A variant qualifies, at a Bonferroni-corrected level (0.05 / (2 x variants): two tests each), when
+- its **end-to-end correctness** gain (the golden gate's `answer_correct`: refusals count wrong) is
+  above `min_gain` (2 points) with the paired bootstrap interval above 0, and its faithfulness does
+  not drop (the interval does not lie below 0); or
+- its **faithfulness** gain, paired over the entries both answered, is above `min_gain` with the
+  interval above 0, and its correctness does not drop: a variant that refuses or truncates its way
+  to faithfulness is no improvement.
+Correctness, not answer F1: F1 against a one-line reference punishes the longer complete answers
+that refinement off gives (it fell 0.275 -> 0.250 while accuracy rose). The qualifying variant with
+the largest correctness gain (then faithfulness gain) is registered; the trial's table is its own
+audit entry either way. The candidate still has to pass the golden check and win an experiment
+(`ragloop.experiments.auto`) before it serves.
 """
 
 from __future__ import annotations
@@ -28,7 +42,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,6 +54,7 @@ from ragloop.config.pipeline import PipelineConfig
 from ragloop.evaluation.metrics.answer import token_f1
 from ragloop.evaluation.stats import paired_bootstrap
 from ragloop.experiments.golden import UNANSWERABLE_TAG, working_set
+from ragloop.experiments.regression import answer_is_correct
 from ragloop.improve.diagnosis import assess_answer
 from ragloop.improve.remediation.base import (
     AppliedChange,
@@ -80,11 +95,34 @@ class ItemScore:
     """None when the pipeline refused (no claims to check)."""
     f1: float
     """Token F1 against the reference; 0 for a refusal."""
+    correct: float = 0.0
+    """1 when the answer gives the reference by the golden gate's rule; 0 for a refusal."""
+
+
+def variants(config: PipelineConfig) -> dict[str, dict[str, Any]]:
+    """The trial's variants of `config`, by name: their overrides (see the module docstring)."""
+    out: dict[str, dict[str, Any]] = {
+        v: {"agent": {"prompt_version": v}} for v in VARIANTS if v != config.agent.prompt_version
+    }
+    refine = not config.agent.refine
+    out[f"refine-{'on' if refine else 'off'}"] = {"agent": {"refine": refine}}
+    if config.agent.max_answer_sentences < LONG_ANSWER:
+        out[f"sentences-{LONG_ANSWER}"] = {"agent": {"max_answer_sentences": LONG_ANSWER}}
+        if config.agent.refine:
+            out[f"refine-off+sentences-{LONG_ANSWER}"] = {
+                "agent": {"refine": False, "max_answer_sentences": LONG_ANSWER}
+            }
+    return out
+
+
+LONG_ANSWER = 8
+"""The sentence cap of the longer-answer variant (`loop_knobs.md`'s `sent8`)."""
 
 
 @dataclass(frozen=True)
 class VariantResult:
     version: str
+    """The variant's name: a prompt version, or a knob setting such as `refine-off`."""
     paired: int
     """Entries both the serving prompt and this variant answered (the faithfulness pairs)."""
     faithfulness: float
@@ -96,9 +134,17 @@ class VariantResult:
     f1_lo: float
     f1_hi: float
     refused: int
+    correct: float = 0.0
+    baseline_correct: float = 0.0
+    correct_gain: float = 0.0
+    correct_lo: float = 0.0
+    correct_hi: float = 0.0
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     def qualifies(self, min_gain: float) -> bool:
-        return self.paired > 1 and self.gain > min_gain and self.lo > 0.0 and not self.f1_hi < 0.0
+        by_correct = self.correct_gain > min_gain and self.correct_lo > 0.0 and not (self.paired > 1 and self.hi < 0.0)
+        by_faith = self.paired > 1 and self.gain > min_gain and self.lo > 0.0 and not self.correct_hi < 0.0
+        return by_correct or by_faith
 
     def to_json(self) -> dict[str, Any]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -115,7 +161,7 @@ class PromptTrial:
     @property
     def chosen(self) -> VariantResult | None:
         ok = [v for v in self.variants if v.qualifies(self.min_gain)]
-        return max(ok, key=lambda v: (v.gain, v.lo)) if ok else None
+        return max(ok, key=lambda v: (v.correct_gain, v.gain, v.lo)) if ok else None
 
     def to_json(self) -> dict[str, Any]:
         chosen = self.chosen
@@ -137,7 +183,7 @@ def score_item(judge: Scorer, entry: GoldenSetEntry, got: GoldenAnswer, threshol
         assess_answer(judge, entry.question, got.answer, got.contexts, reference=entry.expected_answer)
     )
     faith, _ = assessment.faithfulness_at(thresholds.claim_support, thresholds.grounding)
-    return ItemScore(faith, f1)
+    return ItemScore(faith, f1, float(answer_is_correct(got.answer, entry.expected_answer, entry.question)))
 
 
 def compare(
@@ -153,6 +199,8 @@ def compare(
     f1_diff, f1_lo, f1_hi = paired_bootstrap(
         [b.f1 for b in base], [v.f1 for v in var], resamples=resamples, seed=seed, alpha=alpha
     )
+    cb, cv = [b.correct for b in base], [v.correct for v in var]
+    c_diff, c_lo, c_hi = paired_bootstrap(cb, cv, resamples=resamples, seed=seed, alpha=alpha)
     return VariantResult(
         version=version,
         paired=len(both),
@@ -165,6 +213,11 @@ def compare(
         f1_lo=float(f1_lo),
         f1_hi=float(f1_hi),
         refused=sum(v.faithfulness is None for v in var),
+        correct=float(np.mean(cv)) if cv else 0.0,
+        baseline_correct=float(np.mean(cb)) if cb else 0.0,
+        correct_gain=float(c_diff),
+        correct_lo=float(c_lo),
+        correct_hi=float(c_hi),
     )
 
 
@@ -182,8 +235,8 @@ def run_trial(
     """The serving config and each other prompt variant over `entries`; see the module docstring."""
     t = thresholds or Thresholds()
     serving = config.agent.prompt_version
-    others = [v for v in VARIANTS if v != serving]
-    alpha = 0.05 / max(1, len(others))
+    others = variants(config)
+    alpha = 0.05 / max(1, 2 * len(others))
 
     def scores(cfg: PipelineConfig) -> list[ItemScore]:
         with runner(cfg) as answer:
@@ -191,9 +244,10 @@ def run_trial(
 
     base = scores(config)
     results = []
-    for version in others:
-        var = scores(config.with_overrides(agent={"prompt_version": version}))
-        results.append(compare(version, base, var, alpha=alpha, resamples=resamples, seed=seed))
+    for name, over in others.items():
+        var = scores(config.with_overrides(**over))
+        result = compare(name, base, var, alpha=alpha, resamples=resamples, seed=seed)
+        results.append(replace(result, overrides=over))
     return PromptTrial(serving, len(entries), alpha, min_gain, results)
 
 
@@ -204,10 +258,15 @@ def answerable_entries(store: Store, limit: int) -> list[GoldenSetEntry]:
 
 
 def generation_failures(store: Store, answer_ids: Sequence[str]) -> int:
+    """Completed diagnoses among `answer_ids` that blame the answer graph: a generation failure, or
+    any mode whose diagnosis proposed this action (a retrieval success that missed the ideal answer)."""
     n = 0
     for answer_id in answer_ids:
         row = store.diagnoses.get(answer_id)
-        n += row is not None and row.status == "completed" and row.failure_mode == FailureMode.GENERATION_FAILURE
+        if row is None or row.status != "completed":
+            continue
+        proposed = any(isinstance(a, dict) and a.get("kind") == ActionKind.PROMPT_CANDIDATE for a in row.actions or [])
+        n += row.failure_mode == FailureMode.GENERATION_FAILURE or proposed
     return n
 
 
@@ -289,14 +348,15 @@ class PromptCandidateAction(Remediation[PromptPayload]):
         chosen = trial.chosen
         candidate = None
         if chosen is not None:
-            cfg = ctx.config.with_overrides(agent={"prompt_version": chosen.version})
-            cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+prompt-{chosen.version}"})
+            cfg = ctx.config.with_overrides(**chosen.overrides)
+            cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+{chosen.version}"})
             candidate = register_candidate(
                 ctx,
                 cfg,
                 self.kind,
-                f"prompt {chosen.version} (was {trial.serving}): faithfulness {chosen.gain:+.3f} "
-                f"[{chosen.lo:+.3f}, {chosen.hi:+.3f}] on {chosen.paired} golden entries (candidate)",
+                f"{chosen.version} (prompt was {trial.serving}): correct {chosen.correct_gain:+.3f} "
+                f"[{chosen.correct_lo:+.3f}, {chosen.correct_hi:+.3f}], faithfulness {chosen.gain:+.3f} "
+                f"[{chosen.lo:+.3f}, {chosen.hi:+.3f}] on {trial.entries} golden entries (candidate)",
             )
         note = AuditNote(
             action_type=TRIAL_ACTION,
@@ -317,7 +377,7 @@ class PromptCandidateAction(Remediation[PromptPayload]):
         return AppliedChange(
             kind=self.kind,
             effect=Effect.CANDIDATE if candidate else Effect.RECORD,
-            summary=f"{len(trial.variants)} prompt variants on {trial.entries} golden entries: {verdict}",
+            summary=f"{len(trial.variants)} answer-graph variants on {trial.entries} golden entries: {verdict}",
             candidate_version=candidate,
             notes=(note,),
         )
