@@ -20,6 +20,7 @@ HNSW, `ragloop.retrieval.pgvector_index.PgVectorDatabaseBackend`) plugs in as a
 generation's transaction (rows and graph commit or vanish with the chunks), loading asks it to
 `open` a `VectorIndex` instead of building one in memory, and deleting a generation drops it.
 On a server without the extension (`available` false) the generation falls back to exact search.
+`dense.backend: auto` picks pgvector wherever the server has it (`PgStorage._dense_choice`).
 
 Atomicity is the seam's (`ragloop.retrieval.storage`): `stage` commits the generation's rows in
 one transaction while the registry still names the old generation; `Collection` then moves the
@@ -170,6 +171,7 @@ class PgStorage:
         self._base = _engine(self.url, pool_size=2, max_overflow=4)
         self.engine = self._base.execution_options(schema_translate_map={None: self.schema})
         self._registry: Registry | None = None
+        self._pgvector: bool | None = None  # has this server the vector extension (asked once)
         # a storage dropped without close() still returns its connections (psycopg warns otherwise)
         self._finalizer = weakref.finalize(self, self._base.dispose)
 
@@ -209,8 +211,20 @@ class PgStorage:
                 conn.execute(select(func.pg_advisory_unlock(key)))
 
     # generations ---------------------------------------------------------------------------
+    def _dense_choice(self, backend: str) -> str:
+        """`auto` means pgvector on a server that has the extension: the one shared index the
+        scale-out design asks for, searched in SQL by every instance; elsewhere `auto` keeps
+        its embedded meaning (exact, usearch above the threshold)."""
+        if backend != "auto":
+            return backend
+        if self._pgvector is None:
+            pgvector = database_vector_backend("pgvector")
+            with self.engine.connect() as conn:
+                self._pgvector = pgvector is not None and pgvector.available(conn)
+        return "pgvector" if self._pgvector else backend
+
     def stage(self, generation: int, chunks: list[Chunk], vectors: np.ndarray, spec: IndexSpec) -> None:
-        db_index = database_vector_backend(spec.dense_backend)
+        db_index = database_vector_backend(self._dense_choice(spec.dense_backend))
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with tempfile.TemporaryDirectory(prefix="ragloop-pgstage-") as tmp:
             root = Path(tmp)
