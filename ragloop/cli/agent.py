@@ -33,9 +33,9 @@ def register(app: typer.Typer) -> None:
 
 def _agent(collection: str, cfg: PipelineConfig) -> Agent:
     from ragloop.agent.build import build_agent
-    from ragloop.cli.calls import StoreCallLog
     from ragloop.models.errors import ModelError
     from ragloop.retrieval.collection import Collection, CollectionError, list_collections
+    from ragloop.store.call_log import StoreCallLog
 
     s = settings()
     coll = Collection(collection, s)

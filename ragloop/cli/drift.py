@@ -24,16 +24,18 @@ def register(app: typer.Typer) -> None:
     app.add_typer(drift_app, name="drift")
 
 
-def stored_rejudge(store: Store, judge: Judge) -> Any:
-    """answer id -> the judge's overall score on the answer as it was served (the tier-1 job's payload)."""
+def stored_rejudge(store: Store, judge: Judge, run_id: str) -> Any:
+    """answer id -> the judge's overall score on the answer as it was served (the tier-1 job's payload);
+    its model calls are logged against the answer, under the qualification's `run_id`."""
     from ragloop.improve.payload import answer_payload
-    from ragloop.models.chat import run_sync
+    from ragloop.models.chat import CallPurpose, call_scope, run_sync
 
     def rejudge(answer_id: str) -> float | None:
         payload = answer_payload(store, answer_id)
         if payload is None:
             return None
-        return run_sync(judge.evaluate(payload.judge_input())).overall
+        with call_scope(answer_id=answer_id, run_id=run_id, purpose=CallPurpose.JUDGE_QUALIFICATION):
+            return run_sync(judge.evaluate(payload.judge_input())).overall
 
     return rejudge
 
@@ -85,25 +87,32 @@ def drift_qualify(
     interval of its agreement reaches --min-agreement (audited either way)."""
     from ragloop.experiments.drift import Pin, qualify
     from ragloop.improve.judge import make_judge
+    from ragloop.models.chat import run_sync
+    from ragloop.store import new_id
 
-    try:
-        j = make_judge(judge, settings())
-    except (ValueError, LookupError) as exc:
-        fail(str(exc))
+    run_id = new_id()
     with open_store() as store:
+        try:  # the judge's calls go to this store's call log, like the worker's
+            j = make_judge(judge, settings(), calls=store.model_calls)
+        except (ValueError, LookupError) as exc:
+            fail(str(exc))
         p = j.pin
-        res = qualify(
-            store,
-            Pin(p.model, p.version, p.prompt_sha),
-            stored_rejudge(store, j),
-            min_agreement=min_agreement,
-            min_labels=min_labels,
-            actor="cli",
-        )
+        try:
+            res = qualify(
+                store,
+                Pin(p.model, p.version, p.prompt_sha),
+                stored_rejudge(store, j, run_id),
+                min_agreement=min_agreement,
+                min_labels=min_labels,
+                actor="cli",
+            )
+        finally:
+            run_sync(j.aclose())
     if json_:
-        print_json(res.to_json())
+        print_json(res.to_json() | {"call_run_id": run_id})
     else:
         out.print(f"{'ACCEPTED' if res.accepted else 'REFUSED'}: {res.reason}", highlight=False)
+        out.print(f"model calls: ragloop models calls --run {run_id}", highlight=False)
     if not res.accepted:
         raise typer.Exit(1)
 

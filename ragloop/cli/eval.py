@@ -126,6 +126,7 @@ def run_cmd(
             seed=seed,
             fresh=fresh,
             on_item=progress,
+            call_log=True,
         )
     except (RunError, ModelError, ValueError) as exc:
         fail(str(exc))
@@ -146,7 +147,8 @@ def run_cmd(
         return
     console.print(
         f"{suite.name} × {name}: {res.ran} run, {res.skipped} already done, {res.errors} errors, "
-        f"{res.wall_s:.0f} s in all → {run_dir}",
+        f"{res.wall_s:.0f} s in all → {run_dir}"
+        + (f"; model calls: ragloop models calls --run {res.call_run_id}" if res.call_run_id else ""),
         highlight=False,
     )
     table = Table("metric", "value", title_justify="left")
@@ -240,7 +242,9 @@ def calibrate_cmd(
 
     try:
         rows = load_labels(labels)
-        scorer = make_scorer(judge, settings())
+        from ragloop.store.call_log import StoreCallLog
+
+        scorer = make_scorer(judge, settings(), calls=StoreCallLog())
         cal = run_sync(calibrate(rows, scorer, source=str(labels)))
     except (LabelError, ModelError, OSError) as exc:
         fail(str(exc))
@@ -285,8 +289,8 @@ def golden_draft(
 
     coll = _collection(collection)
     if chat_model:
-        from ragloop.cli.calls import StoreCallLog
         from ragloop.models.chat import CallPurpose, make_wrapped, run_sync
+        from ragloop.store.call_log import StoreCallLog
 
         model = make_wrapped(chat_model, settings(), sink=StoreCallLog(), purpose=CallPurpose.GOLDEN_DRAFT)
         items = run_sync(draft_llm(coll, model, n, seed))

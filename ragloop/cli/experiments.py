@@ -190,7 +190,7 @@ def experiments_auto(collection: CollectionOpt = "default", json_: JsonOpt = Fal
     with open_store() as store:
         check = golden_check(
             store,
-            lambda v: build_answerer(settings(), collection, version_config(store, v)),
+            lambda v: build_answerer(settings(), collection, version_config(store, v), calls=store.model_calls),
             threshold=auto.golden_threshold,
             limit=auto.golden_limit,
         )
@@ -305,7 +305,7 @@ def regress(
         version, config = current_config(store)
         assert version is not None
         try:
-            answer = build_answerer(settings(), collection, config)
+            answer = build_answerer(settings(), collection, config, calls=store.model_calls)
         except (LookupError, ValueError) as exc:
             fail(str(exc))
         res = run_regression(

@@ -353,7 +353,7 @@ def golden_generate(
 
     with open_store() as store:
         rep = _coverage(store, collection, radius, days)
-        chat = _guard(lambda: make_generator_chat(settings(), chat_model, "auto"))
+        chat = _guard(lambda: make_generator_chat(settings(), chat_model, "auto", calls=store.model_calls))
         try:
             result, rows = run_sync(generate(store, rep, chat=chat, limit=max_candidates))
         finally:

@@ -102,21 +102,34 @@ def check_cmd(
     prompt: Annotated[str, typer.Option(help="The probe question.")] = PROBE,
     max_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 48,
 ) -> None:
-    """Load a model and answer a probe: prints the answer and tokens/s; exits 1 on failure."""
+    """Load a model and answer a probe: prints the answer and tokens/s; exits 1 on failure. The probe
+    goes through the production wrappers (retries, the call log; no response cache: it must reach the
+    model) and is logged in `model_calls` under the run id it prints."""
+    from ragloop.models.chat import CallPurpose, call_scope
     from ragloop.models.chat.base import ChatRequest, run_sync
-    from ragloop.models.chat.registry import make_chat_model
+    from ragloop.models.chat.registry import make_wrapped
+    from ragloop.models.chat.wrappers import WrapperModel
+    from ragloop.store import new_id
+    from ragloop.store.call_log import StoreCallLog
+
+    run_id = new_id()
+    sink = StoreCallLog()
 
     async def probe() -> tuple[Any, float]:
-        model = make_chat_model(name, Settings.from_env())
+        model = make_wrapped(name, Settings.from_env(), sink=sink, purpose=CallPurpose.MODEL_CHECK, cache=False)
         async with model:
             t0 = time.perf_counter()
             if name.startswith("local:"):  # load (and verify) outside the timed request
                 from ragloop.models.chat.local import LocalChatModel
 
-                assert isinstance(model, LocalChatModel)
-                model.load()
+                raw = model
+                while isinstance(raw, WrapperModel):
+                    raw = raw.inner
+                assert isinstance(raw, LocalChatModel)
+                raw.load()
             load_s = time.perf_counter() - t0
-            resp = await model.request(ChatRequest.user(prompt, max_tokens=max_tokens, seed=0))
+            with call_scope(run_id=run_id, purpose=CallPurpose.MODEL_CHECK):
+                resp = await model.request(ChatRequest.user(prompt, max_tokens=max_tokens, seed=0))
             return resp, load_s
 
     try:
@@ -126,6 +139,8 @@ def check_cmd(
     except (ModelError, OSError) as exc:
         _fail(as_json, name, exc)
         return
+    finally:
+        sink.close()
     timings = resp.timings or {}
     if timings.get("predicted_per_second"):  # the server measured generation alone
         tps: float | None = timings["predicted_per_second"]
@@ -142,6 +157,7 @@ def check_cmd(
         "tokens_per_s": round(tps, 1) if tps is not None else None,
         "prompt_tokens_per_s": round(timings["prompt_per_second"], 1) if timings.get("prompt_per_second") else None,
         "load_s": round(load_s, 2),
+        "run_id": run_id,
     }
     if as_json:
         _emit_json(data)
@@ -150,7 +166,7 @@ def check_cmd(
     _out.print(
         f"{data['completion_tokens']} tokens in {data['latency_ms']} ms: {data['tokens_per_s']} tokens/s "
         f"generated; prompt {data['prompt_tokens']} tokens at {data['prompt_tokens_per_s']} tokens/s; "
-        f"load and verify {data['load_s']} s",
+        f"load and verify {data['load_s']} s; logged as run {run_id}",
         highlight=False,
     )
 

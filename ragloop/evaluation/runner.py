@@ -18,6 +18,10 @@
 - Judged answer metrics (faithfulness, relevancy, context precision/recall, citations, judged
   correctness) are computed right after the answer, through the judge scorer, `judge_repeats`
   times (the spread is recorded). Everything else is recomputed from the record at report time.
+- Logged: with `call_log=True` (the CLI's `ragloop eval run`) every model call of the run, the
+  pipeline's and the judge's, goes to the default store's `model_calls` (each worker process opens
+  its own `StoreCallLog`) under one run id per invocation (`call_run_id` in the result and in
+  `run.json`'s `call_run_ids`; `ragloop models calls --run ID`), purpose `eval_run`.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ragloop.evaluation.suites import EvalItem, Suite
 
 if TYPE_CHECKING:
     from ragloop.agent.answer import Answer
+    from ragloop.store.call_log import StoreCallLog
 
 RECORD_VERSION = 1
 DEFAULT_JUDGE = "lexical"
@@ -104,6 +109,9 @@ class WorkerSpec:
     seed: int = 0
     threads: int | None = None
     suite: str = ""
+    call_log: bool = False
+    """Log model calls to the default store (`ragloop.store.call_log.StoreCallLog`)."""
+    call_run_id: str = ""
 
 
 def judge_question(item: EvalItem) -> str:
@@ -129,6 +137,7 @@ class ItemRunner:
         self.agent: Any = None
         self.retriever: Any = None
         self.judge: Any = None
+        self.calls: StoreCallLog | None = None
         if spec.mode == "retrieval":
             from ragloop.retrieval.retriever import Retriever
 
@@ -136,6 +145,10 @@ class ItemRunner:
             return
         from ragloop.agent.build import build_agent
 
+        if spec.call_log:
+            from ragloop.store.call_log import StoreCallLog
+
+            self.calls = StoreCallLog()
         run_dir = Path(spec.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         tag = f"{os.getpid()}"
@@ -144,6 +157,7 @@ class ItemRunner:
             self.config,
             scorers=scorers or None,
             expansion=expansion,
+            calls=self.calls,
             checkpointer_url=f"sqlite:///{run_dir / f'.checkpoints-{tag}.sqlite'}",
             # the full conversation log of eval threads stays with the run, not in the user's home
             log_url=f"sqlite:///{run_dir / f'.conversations-{tag}.sqlite'}",
@@ -151,11 +165,13 @@ class ItemRunner:
         if spec.judge:
             from ragloop.models.scoring import make_scorer
 
-            self.judge = (scorers or {}).get("judge") or make_scorer(spec.judge, self.settings)
+            self.judge = (scorers or {}).get("judge") or make_scorer(spec.judge, self.settings, calls=self.calls)
 
     def close(self) -> None:
         if self.agent is not None:
             self.agent.memory.close()
+        if self.calls is not None:
+            self.calls.close()
         self.collection.close()
 
     def _seed(self, item: EvalItem) -> None:
@@ -189,9 +205,10 @@ class ItemRunner:
             if self.spec.mode == "retrieval":
                 rec |= self._retrieve(item)
             else:
-                from ragloop.models.chat import run_sync
+                from ragloop.models.chat import CallPurpose, call_scope, run_sync
 
-                rec |= run_sync(self._answer(item))
+                with call_scope(run_id=self.spec.call_run_id or None, purpose=CallPurpose.EVAL_RUN):
+                    rec |= run_sync(self._answer(item))
         except Exception as exc:  # an item's failure is recorded; the run goes on
             rec["error"] = f"{type(exc).__name__}: {exc}"[:2000]
         rec["wall_ms"] = round((time.perf_counter() - t0) * 1000, 1)
@@ -238,7 +255,10 @@ class ItemRunner:
         rec |= {"history_turns": history, "history_latency_ms": round(history_ms, 3)}
         chunk_text = {c.chunk_id: c.text for c in ans.hits}
         if self.judge is not None:
-            rec |= await self._judge(item, rec, chunk_text)
+            from ragloop.models.chat import call_scope
+
+            with call_scope(step="judge"):
+                rec |= await self._judge(item, rec, chunk_text)
         return rec
 
     async def _judge(self, item: EvalItem, rec: dict[str, Any], chunk_text: dict[str, str]) -> dict[str, Any]:
@@ -324,6 +344,8 @@ class RunResult:
     errors: int
     wall_s: float
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    call_run_id: str | None = None
+    """The run id this invocation's model calls are logged under (None: not logged)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -333,6 +355,7 @@ class RunResult:
             "ran": self.ran,
             "errors": self.errors,
             "wall_s": round(self.wall_s, 2),
+            "call_run_id": self.call_run_id,
         }
 
 
@@ -360,6 +383,7 @@ def run_suite(
     fresh: bool = False,
     on_item: OnItem | None = None,
     scorers: dict[str, Any] | None = None,
+    call_log: bool = False,
 ) -> RunResult:
     """Run (or resume) `config` on the suite's items; see the module docstring."""
     items = list(suite.items if items is None else items)
@@ -376,6 +400,7 @@ def run_suite(
         items_path.unlink(missing_ok=True)
         meta = {}
     mode = "retrieval" if suite.name == "cacm" else "agent"
+    call_run_id = f"eval-{uuid.uuid4().hex[:20]}" if call_log and mode == "agent" else None
     coll = suite.prepare(settings, config)
     coll.close()
     existing = read_records(items_path, repair=True)
@@ -398,6 +423,7 @@ def run_suite(
         "started_at": meta.get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S"),
         "wall_s": float(meta.get("wall_s") or 0.0),
         "sessions": int(meta.get("sessions") or 0) + 1,
+        "call_run_ids": [*(meta.get("call_run_ids") or []), *([call_run_id] if call_run_id else [])],
         "finished": False,
     }
     _write_meta(meta_path, meta)
@@ -412,6 +438,8 @@ def run_suite(
         judge_repeats=judge_repeats,
         seed=seed,
         suite=suite.name,
+        call_log=call_run_id is not None,
+        call_run_id=call_run_id or "",
     )
     t0 = time.perf_counter()
     ran = errors = 0
@@ -468,4 +496,4 @@ def run_suite(
         meta["finished"] = meta["done"] == len(wanted)
         meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         _write_meta(meta_path, meta)
-    return RunResult(out_dir, len(items), len(items) - len(todo), ran, errors, meta["wall_s"], new_records)
+    return RunResult(out_dir, len(items), len(items) - len(todo), ran, errors, meta["wall_s"], new_records, call_run_id)

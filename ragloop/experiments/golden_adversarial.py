@@ -271,13 +271,17 @@ async def generate(
     return result, rows
 
 
-def make_generator_chat(settings: Any, chat_model: str | None, mode: str = "auto") -> ChatModel | None:
+def make_generator_chat(
+    settings: Any, chat_model: str | None, mode: str = "auto", *, calls: Any = None
+) -> ChatModel | None:
     """The chat model the generator uses: `chat_model` (a pipeline's `agent.chat_model`) unless
-    `mode` is `templates`; `mode` `chat` without one is a LookupError."""
+    `mode` is `templates`; `mode` `chat` without one is a LookupError. It gets the production
+    wrappers and, with `calls` (the store's `model_calls`), the call log (purpose `golden_draft`)."""
     if mode == "templates" or (mode == "auto" and not chat_model):
         return None
     if not chat_model:
         raise LookupError("no chat model is configured (agent.chat_model): use the templates generator")
-    from ragloop.models.chat.registry import make_chat_model
+    from ragloop.models.chat import CallPurpose
+    from ragloop.models.chat.registry import make_wrapped
 
-    return make_chat_model(chat_model, settings)
+    return make_wrapped(chat_model, settings, sink=calls, purpose=CallPurpose.GOLDEN_DRAFT)

@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import func, inspect, select
 
+from ragloop.calls import CallRecord
 from ragloop.config.settings import Settings
 from ragloop.models.chat import (
     Cached,
@@ -168,7 +169,7 @@ def test_failures_are_not_cached(db: ChatCacheDB) -> None:
 
 
 class FailingSink:
-    def record(self, **row: Any) -> object:
+    def record(self, call: CallRecord) -> object:
         raise RuntimeError("database is down")
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import func, select
 
+from ragloop.calls import CallRecord, user_prompt
 from ragloop.store import (
     Answer,
     Database,
@@ -53,7 +54,9 @@ def test_sessions_list_read_and_delete_with_cascades(store: Store, make_answer: 
     store.evaluations.add(a1.answer_id, "heuristic", heuristic_score=0.7)
     store.feedback.add(a1.answer_id, "negative", issues=["wrong_answer"])
     store.queue.enqueue(a1.answer_id, "heuristic")
-    store.model_calls.record(model="test:echo", purpose="generate", prompt="hi", answer_id=a1.answer_id)
+    store.model_calls.record(
+        CallRecord(model="test:echo", purpose="generate", prompt=user_prompt("hi"), answer_id=a1.answer_id)
+    )
 
     sessions = store.queries.list_sessions()
     assert {(s.session_id, s.turns) for s in sessions} == {("s1", 2), ("s2", 1)}
@@ -126,12 +129,16 @@ def test_feedback_is_weighted(store: Store, make_answer: Callable[..., Answer]) 
 
 def test_model_calls_and_usage(store: Store, make_answer: Callable[..., Answer]) -> None:
     a = make_answer()
-    store.model_calls.record(
-        model="qwen", purpose="generate", prompt=[{"role": "user", "content": "q"}], response="a",
+    store.model_calls.record(CallRecord(
+        model="qwen", purpose="generate", prompt=user_prompt("q"), response="a",
         prompt_tokens=100, completion_tokens=20, latency_ms=12.5, cost_usd=0.001, answer_id=a.answer_id,
-    )  # fmt: skip
-    store.model_calls.record(model="qwen", purpose="judge", prompt="p", prompt_tokens=50, error="timeout", run_id="r1")
-    store.model_calls.record(model="other", purpose="judge", prompt="p", prompt_tokens=5)
+    ))  # fmt: skip
+    store.model_calls.record(
+        CallRecord(
+            model="qwen", purpose="judge", prompt=user_prompt("p"), prompt_tokens=50, error="timeout", run_id="r1"
+        )
+    )
+    store.model_calls.record(CallRecord(model="other", purpose="judge", prompt=user_prompt("p"), prompt_tokens=5))
     assert [c.purpose for c in store.model_calls.for_answer(a.answer_id)] == ["generate"]
     usage = {u.model: u for u in store.model_calls.usage()}
     assert (usage["qwen"].calls, usage["qwen"].prompt_tokens, usage["qwen"].completion_tokens) == (2, 150, 20)

@@ -5,7 +5,8 @@ purpose, graph step) is the raw material of the self-improvement loop and the on
 daily or per-model totals are sums over it. It lives in the service database's `model_calls`
 table, but this layer must not import the store, so `Logged` writes to a `CallSink`, a protocol
 the store's `ModelCalls` repository satisfies structurally (`store.model_calls` *is* a sink); the
-service, the worker and the CLI hand theirs in. `MemorySink` keeps rows in memory (tests).
+service, the worker and the CLI hand theirs in. `MemorySink` keeps rows in memory (tests). A call
+travels as one typed `CallRecord` (`ragloop.calls`, shared with the store).
 
 Who a call was for is not a property of the model (one chat model serves every node of the answer
 graph, and its LLM scorer) but of the code running it, so it travels in a context variable:
@@ -32,15 +33,15 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
 
 from ragloop import tracing
+from ragloop.calls import CallRecord, CallSink
 from ragloop.models.chat.base import ChatModel, ChatRequest, ChatResponse, Usage, estimate_tokens
 from ragloop.models.chat.wrappers import WrapperModel
 from ragloop.models.errors import ModelError, StructuredOutputError
@@ -66,6 +67,12 @@ class CallPurpose(StrEnum):
     prompt-candidate trials (`step` names the node)."""
     GOLDEN_DRAFT = "golden_draft"
     """Drafting golden-set questions (`ragloop eval golden draft --chat-model`)."""
+    EVAL_RUN = "eval_run"
+    """The evaluation harness (`ragloop eval run`): the pipeline's calls and the judge's (`step` "judge")."""
+    JUDGE_QUALIFICATION = "judge_qualification"
+    """A candidate judge re-scoring the human-labelled answers (`ragloop drift qualify`)."""
+    MODEL_CHECK = "model_check"
+    """`ragloop models check`'s probe of a chat model."""
     UNATTRIBUTED = "unattributed"
     """A call made outside any `call_scope` that names a purpose, by a wrapper given none."""
 
@@ -116,77 +123,15 @@ class PriceTable:
         return price.cost(usage) if price is not None else None
 
 
-class CallSink(Protocol):
-    """Where `Logged` writes one call; `ragloop.store`'s `ModelCalls.record` has this signature."""
-
-    def record(
-        self,
-        *,
-        model: str,
-        purpose: str,
-        prompt: str | Sequence[Any] = (),
-        response: str | None = None,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        latency_ms: float | None = None,
-        cost_usd: float | None = None,
-        answer_id: str | None = None,
-        run_id: str | None = None,
-        error: str | None = None,
-        cached: bool = False,
-        step: str | None = None,
-    ) -> object: ...
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One logged call, as `MemorySink` keeps it (the store keeps a `ModelCall` row)."""
-
-    model: str
-    purpose: str
-    prompt: list[Any]
-    response: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    latency_ms: float | None
-    cost_usd: float | None
-    answer_id: str | None
-    run_id: str | None
-    error: str | None
-    cached: bool
-    step: str | None
-
-
 @dataclass
 class MemorySink:
     """A `CallSink` that keeps every call in `calls` (tests, short scripts)."""
 
     calls: list[CallRecord] = field(default_factory=list)
 
-    def record(
-        self,
-        *,
-        model: str,
-        purpose: str,
-        prompt: str | Sequence[Any] = (),
-        response: str | None = None,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        latency_ms: float | None = None,
-        cost_usd: float | None = None,
-        answer_id: str | None = None,
-        run_id: str | None = None,
-        error: str | None = None,
-        cached: bool = False,
-        step: str | None = None,
-    ) -> CallRecord:
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        rec = CallRecord(
-            model, purpose, messages, response, prompt_tokens, completion_tokens, latency_ms, cost_usd,
-            answer_id, run_id, error, cached, step,
-        )  # fmt: skip
-        self.calls.append(rec)
-        return rec
+    def record(self, call: CallRecord) -> CallRecord:
+        self.calls.append(call)
+        return call
 
 
 @dataclass(frozen=True)
@@ -226,31 +171,31 @@ def call_scope(
             _scope.reset(token)
 
 
-def call_attributes(row: Mapping[str, Any]) -> tracing.Attributes:
+def call_attributes(call: CallRecord) -> tracing.Attributes:
     """A model call's span attributes, from the row the call log writes (GenAI semantic conventions,
     which Phoenix and Langfuse read): model, tokens, cost, purpose and step; the prompt and response as
     lengths unless content capture is allowed."""
-    prompt = row.get("prompt") or []
+    prompt = call.prompt
     out: tracing.Attributes = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.request.model": str(row["model"]),
-        "gen_ai.usage.input_tokens": int(row["prompt_tokens"]),
-        "gen_ai.usage.output_tokens": int(row["completion_tokens"]),
+        "gen_ai.request.model": call.model,
+        "gen_ai.usage.input_tokens": call.prompt_tokens,
+        "gen_ai.usage.output_tokens": call.completion_tokens,
         "openinference.span.kind": "LLM",
-        "ragloop.purpose": str(row["purpose"]),
-        "ragloop.cached": bool(row["cached"]),
-        "ragloop.latency_ms": float(row["latency_ms"]),
+        "ragloop.purpose": str(call.purpose),
+        "ragloop.cached": call.cached,
+        "ragloop.latency_ms": float(call.latency_ms or 0.0),
     }
-    for key in ("step", "run_id", "answer_id"):
-        if row.get(key):
-            out[f"ragloop.{key}"] = str(row[key])
-    if row.get("cost_usd") is not None:
-        out["ragloop.cost_usd"] = float(row["cost_usd"])
-    if row.get("error"):
-        out["error.type"] = str(row["error"]).split(":", 1)[0]
+    for key, value in (("step", call.step), ("run_id", call.run_id), ("answer_id", call.answer_id)):
+        if value:
+            out[f"ragloop.{key}"] = str(value)
+    if call.cost_usd is not None:
+        out["ragloop.cost_usd"] = float(call.cost_usd)
+    if call.error:
+        out["error.type"] = call.error.split(":", 1)[0]
     out["ragloop.prompt.messages"] = len(prompt)
     out.update(tracing.text("ragloop.prompt", "\n".join(str(m.get("content", "")) for m in prompt)))
-    out.update(tracing.text("ragloop.response", row.get("response")))
+    out.update(tracing.text("ragloop.response", call.response))
     return out
 
 
@@ -285,25 +230,25 @@ class Logged(WrapperModel):
     ) -> None:
         scope = current_scope()
         red = self.redactor
-        row: dict[str, Any] = {
-            "model": self.name,
-            "purpose": scope.purpose or self.purpose or CallPurpose.UNATTRIBUTED,
-            "prompt": [red.redact_deep(m.model_dump()) for m in req.messages],
-            "response": red.redact_optional(text),
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "latency_ms": round(latency_ms, 3),
-            "cost_usd": 0.0 if cached else self.prices.cost(self.name, usage),
-            "answer_id": scope.answer_id,
-            "run_id": req.run_id or scope.run_id,
-            "error": red.redact_optional(error),
-            "cached": cached,
-            "step": scope.step,
-        }
-        if tracing.enabled():  # the call's span (opened by `request`/`stream`) carries the same row
-            tracing.annotate_current(call_attributes(row))
+        call = CallRecord(
+            model=self.name,
+            purpose=scope.purpose or self.purpose or CallPurpose.UNATTRIBUTED,
+            prompt=[red.redact_deep(m.model_dump()) for m in req.messages],
+            response=red.redact_optional(text),
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            latency_ms=round(latency_ms, 3),
+            cost_usd=0.0 if cached else self.prices.cost(self.name, usage),
+            answer_id=scope.answer_id,
+            run_id=req.run_id or scope.run_id,
+            error=red.redact_optional(error),
+            cached=cached,
+            step=scope.step,
+        )
+        if tracing.enabled():  # the call's span (opened by `request`/`stream`) carries the same record
+            tracing.annotate_current(call_attributes(call))
         try:
-            await asyncio.to_thread(lambda: self.sink.record(**row))
+            await asyncio.to_thread(self.sink.record, call)
         except Exception as exc:  # the call happened; its log line must not undo it
             self.failed_writes += 1
             log.warning("model call to %s not logged: %s: %s", self.name, type(exc).__name__, str(exc)[:200])

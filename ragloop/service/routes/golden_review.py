@@ -134,7 +134,7 @@ def golden_generate(body: GoldenGenerate, svc: ServiceDep, _admin: AdminDep) -> 
     report = _coverage(svc, body.collection, body.radius, body.days)
     _version, config = svc.agents.active()
     try:
-        chat = make_generator_chat(svc.settings, config.agent.chat_model, body.generator)
+        chat = make_generator_chat(svc.settings, config.agent.chat_model, body.generator, calls=svc.store.model_calls)
     except LookupError as exc:
         raise HTTPException(409, str(exc)) from None
     try:

@@ -1,16 +1,15 @@
 """Model calls with tokens, latency and cost: the one call log and cost ledger. Every production model
 call is written here by `ragloop.models.chat.calllog.Logged`, for which this repository is the sink
-(`record` has the `CallSink` signature; the model layer never imports the store)."""
+(`record` takes the one typed `ragloop.calls.CallRecord`; the model layer never imports the store)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import case, func, select, update
 
+from ragloop.calls import CallRecord
 from ragloop.store.db import Database
 from ragloop.store.models import ModelCall
 
@@ -32,41 +31,10 @@ class ModelCalls:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def record(
-        self,
-        *,
-        model: str,
-        purpose: str,
-        prompt: str | Sequence[Any] = (),
-        response: str | None = None,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        latency_ms: float | None = None,
-        cost_usd: float | None = None,
-        answer_id: str | None = None,
-        run_id: str | None = None,
-        error: str | None = None,
-        cached: bool = False,
-        step: str | None = None,
-    ) -> ModelCall:
-        """`prompt` is the message list (a plain string is stored as one user message)."""
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    def record(self, call: CallRecord) -> ModelCall:
+        """Store one call (a `CallSink`: `Logged` hands each call here)."""
         with self.db.transaction() as s:
-            row = ModelCall(
-                model=model,
-                purpose=purpose,
-                prompt=messages,
-                response=response,
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                latency_ms=latency_ms,
-                cost_usd=cost_usd,
-                answer_id=answer_id,
-                run_id=run_id,
-                error=error,
-                cached=cached,
-                step=step,
-            )
+            row = ModelCall(**{f.name: getattr(call, f.name) for f in fields(CallRecord)})
             s.add(row)
             s.flush()
             return row
