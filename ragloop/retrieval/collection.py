@@ -271,14 +271,8 @@ class Collection:
             dense.embedder, self.settings, max_tokens=dense.max_tokens, batch_size=dense.batch_size
         )
         texts = [index_text(ch, config.retrieval.index_headings) for ch in new_chunks]
-        parts: list[np.ndarray] = []
-        step = 64
-        for i in range(0, len(texts), step):
-            parts.append(embedder.embed(texts[i : i + step]))
-            if progress:
-                progress("embed", min(i + step, len(texts)), len(texts))
         dim = embedder.dim
-        new_vectors = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+        new_vectors = embedder.embed_many(texts, _stage(progress, "embed"))
         chunks = [old_chunks[i] for i in keep] + new_chunks
         kept_vectors = old_vectors[keep] if keep else np.zeros((0, dim), dtype=np.float32)
         vectors = np.concatenate([kept_vectors, new_vectors]).astype(np.float32)
@@ -292,11 +286,7 @@ class Collection:
         """Fill the embedding cache with what the scorers will embed for these chunks (their
         sentences, strips and whole text), so grading, refining and reranking find it there."""
         texts = list(dict.fromkeys(t for ch in chunks for t in passage_embed_texts(ch.text)))
-        step = 64  # one embed call is one uninterruptible ONNX run: keep Ctrl-C prompt
-        for i in range(0, len(texts), step):
-            embedder.embed(texts[i : i + step])
-            if progress:
-                progress("sentences", min(i + step, len(texts)), len(texts))
+        embedder.embed_many(texts, _stage(progress, "sentences"))
 
     def delete_documents(self, rels: Sequence[str]) -> IngestSummary:
         """Remove source files (paths as registered, e.g. `guide/docker.md`) from the index, as
@@ -344,6 +334,12 @@ class Collection:
                 bytes=self.storage.size_bytes(gen),
             )
         return out
+
+
+def _stage(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+    return lambda done, total: progress(stage, done, total)
 
 
 def _with_source(chunk: Chunk, rel: str) -> Chunk:

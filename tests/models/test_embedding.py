@@ -39,6 +39,24 @@ def test_minilm_batching_does_not_change_vectors(minilm: emb.OnnxMiniLMEmbedder)
     assert not together[2].any()  # empty text -> zero vector, never a made-up direction
 
 
+def test_embed_many_matches_single_text_embedding(
+    minilm: emb.OnnxMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingest embeds length-sorted slices; each vector must still be the one the text gets alone
+    (cosine >= 0.9999): padding is masked, only float summation order may differ."""
+    monkeypatch.setattr(emb, "EMBED_SLICE", 5)  # several slices without a large corpus
+    words = ["the", "os", "module", "walks", "directory", "trees", "and", "pathlib", "joins", "paths", "for", "files"]
+    texts = [" ".join(words[: 1 + (i * 7) % len(words)]) + f" number {i}" for i in range(14)]
+    texts += ["x", "", "Return a list of the entries in the directory given by path. " * 40]
+    texts += [texts[3], texts[-1]]  # duplicates share one embedding
+    many = minilm.embed_many(texts)
+    alone = np.stack([minilm.embed([t])[0] for t in texts])
+    assert many.shape == (len(texts), 384) and not many[15].any()
+    live = [i for i, t in enumerate(texts) if t]
+    cos = (many[live] * alone[live]).sum(axis=1)
+    assert cos.min() >= 0.9999, cos.min()
+
+
 def test_minilm_truncates_long_inputs(minilm: emb.OnnxMiniLMEmbedder) -> None:
     long = "alpha beta gamma " * 2000
     assert np.allclose(minilm.embed([long]), minilm.embed([long + " omega " * 50]), atol=1e-5)
@@ -65,6 +83,23 @@ def test_cache_returns_identical_vectors_and_counts(tmp_path: Path) -> None:
     second = CachedEmbedder(inner, tmp_path / "c.sqlite").embed(["c d", "a b"])
     assert np.array_equal(second, first[[1, 0]])
     cached.close()
+
+
+def test_cached_embed_many_restores_order_and_reports_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(emb, "EMBED_SLICE", 2)
+    inner = emb.HashedEmbedder(32)
+    cached = CachedEmbedder(inner, tmp_path / "c.sqlite")
+    cached.embed(["bb bb"])  # one text already cached
+    seen: list[tuple[int, int]] = []
+    texts = ["ccc ccc ccc", "a", "bb bb", "a", "dddd dddd dddd dddd", "e e"]
+    got = cached.embed_many(texts, lambda done, total: seen.append((done, total)))
+    assert np.array_equal(got, inner.embed(texts))
+    assert (cached.hits, cached.misses) == (1, 5)  # 1 + 4 distinct misses ("a" twice counts once)
+    assert seen == [(3, 5), (5, 5)]  # distinct texts, the cached one counted done from the start
+    again = CachedEmbedder(inner, tmp_path / "c.sqlite")
+    assert np.array_equal(again.embed_many(texts), got) and again.misses == 0
+    cached.close()
+    again.close()
 
 
 def test_make_embedder_names() -> None:
