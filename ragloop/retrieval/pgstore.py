@@ -172,6 +172,7 @@ class PgStorage:
         self.engine = self._base.execution_options(schema_translate_map={None: self.schema})
         self._registry: Registry | None = None
         self._pgvector: bool | None = None  # has this server the vector extension (asked once)
+        self._seen = False
         # a storage dropped without close() still returns its connections (psycopg warns otherwise)
         self._finalizer = weakref.finalize(self, self._base.dispose)
 
@@ -196,8 +197,12 @@ class PgStorage:
                 conn.execute(insert(state_table).values(key=NAME_KEY, value=self.name))
 
     def exists(self) -> bool:
-        with self._base.connect() as conn:
-            return conn.execute(select(func.to_regclass(f'"{self.schema}".state'))).scalar() is not None
+        """Asked before every read of the pointer: once seen, a collection's schema is taken to
+        stay (nothing in ragloop drops one), which saves a round trip per question."""
+        if not self._seen:
+            with self._base.connect() as conn:
+                self._seen = conn.execute(select(func.to_regclass(f'"{self.schema}".state'))).scalar() is not None
+        return self._seen
 
     @contextmanager
     def writer_lock(self) -> Iterator[None]:
