@@ -25,6 +25,8 @@ from ragloop.retrieval.retriever import Retriever
 from tests.agent.conftest import DOCS, make_collection
 from tests.improve.remediation_support import K1, PARAPHRASE, QUESTION, chunk_of, redis_url
 
+pytestmark = pytest.mark.usefixtures("kb_backend")  # embedded files and PostgreSQL
+
 
 @pytest.fixture
 def coll(tmp_path: Path) -> Iterator[Collection]:

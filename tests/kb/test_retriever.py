@@ -10,6 +10,8 @@ from ragloop.config import PipelineConfig, Settings
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
 
+pytestmark = pytest.mark.usefixtures("kb_backend")  # embedded files and PostgreSQL
+
 HASHED = PipelineConfig().with_overrides(retrieval={"dense": {"embedder": "test:hashed"}})
 DOCS = {
     "walk.md": "# os.walk\n\nGenerate the file names in a directory tree by walking it top-down.",
