@@ -6,6 +6,7 @@ ragloop experiments create --name n --treatment '{"retrieval": {"mode": "bm25"}}
 ragloop experiments list|results ID|stop ID|promote ID|reject ID|auto [--json]   ragloop pipeline approve V
 ragloop regress [--json]
 ragloop regress report [--out DIR] [--limit N] [--json]
+ragloop regress webhook show|set|clear|test      the alert webhook setting (`ragloop.cli.alerts`)
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def register(app: typer.Typer) -> None:
     app.add_typer(experiments_app, name="experiments")
     app.add_typer(pipeline_app, name="pipeline")
     app.add_typer(regress_app, name="regress")
+    from ragloop.cli.alerts import webhook_app
+
+    regress_app.add_typer(webhook_app, name="webhook")
 
 
 # --------------------------------------------------------------------------- pipeline
@@ -284,7 +288,11 @@ def regress(
     collection: CollectionOpt = "default",
     limit: Annotated[int | None, typer.Option("--limit", help="Only the first N working-set entries.")] = None,
     webhook: Annotated[
-        str | None, typer.Option("--webhook", help="Alert URL (else RAGLOOP_REGRESSION_WEBHOOK_URL).")
+        str | None,
+        typer.Option(
+            "--webhook",
+            help="Alert URL for this run (else the stored `regress webhook set`, else RAGLOOP_REGRESSION_WEBHOOK_URL).",
+        ),
     ] = None,
     json_: JsonOpt = False,
 ) -> None:
@@ -295,6 +303,7 @@ def regress(
     if ctx.invoked_subcommand is not None:
         return
 
+    from ragloop.experiments.alerts import ENV_VAR
     from ragloop.experiments.regression import run_regression
     from ragloop.experiments.runtime import build_answerer
     from ragloop.experiments.versions import current_config
@@ -313,7 +322,8 @@ def regress(
             answer,
             pipeline_version=version,
             limit=limit,
-            webhook_url=webhook or os.environ.get("RAGLOOP_REGRESSION_WEBHOOK_URL") or None,
+            webhook_url=webhook,
+            default_webhook_url=os.environ.get(ENV_VAR) or None,
         )
     data = res.to_json()
     if json_:

@@ -18,16 +18,15 @@ baseline) over the entries both runs scored give a mean and a 95% t-interval; a 
 relative drop of more than `threshold` (2%) of the baseline mean *and* an interval that lies
 entirely below 0 (it excludes "no change"). On a regression, when the current version is not the
 approved one, the pointer is rolled back to it (`via=regression`), the audit log records the
-evidence, and an alert goes out (`log.error` + a webhook POST when a URL is configured).
+evidence, and an alert goes out (`log.error` + a webhook POST when one is configured: the
+`webhook_url` argument, else the admin's stored setting, `ragloop.experiments.alerts`).
 Everything lands in `regression_runs` (metrics, baseline, per-item scores in `report`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +38,7 @@ import numpy as np
 from ragloop.evaluation.metrics.answer import token_f1
 from ragloop.evaluation.metrics.item import expected_answer_correct
 from ragloop.experiments._tdist import t_critical
+from ragloop.experiments.alerts import Delivery, Webhook, deliver, resolve_webhook
 from ragloop.experiments.golden import UNANSWERABLE_TAG, working_set
 from ragloop.experiments.versions import PromotedVia
 from ragloop.models.chat import run_sync
@@ -194,17 +194,11 @@ def regression_due(store: Store, now: datetime, interval_s: float) -> bool:
     return now - started >= timedelta(seconds=interval_s)
 
 
-def send_alert(message: str, evidence: dict[str, Any], webhook_url: str | None) -> None:
+def send_alert(message: str, evidence: dict[str, Any], webhook: Webhook | None) -> Delivery | None:
+    """The alert's log line, and its webhook POST when one is configured (`ragloop.experiments.alerts`:
+    retried, signed when a secret is set, logged with the redacted URL only)."""
     log.error("REGRESSION ALERT: %s", message)
-    if not webhook_url:
-        return
-    body = json.dumps({"text": message, "evidence": evidence}, default=str).encode()
-    req = urllib.request.Request(webhook_url, data=body, headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=5):
-            pass
-    except OSError as exc:
-        log.error("regression alert webhook %s failed: %s", webhook_url, exc)
+    return deliver(webhook, message, evidence) if webhook is not None else None
 
 
 def run_regression(
@@ -214,11 +208,14 @@ def run_regression(
     pipeline_version: str,
     threshold: float = THRESHOLD,
     webhook_url: str | None = None,
+    default_webhook_url: str | None = None,
     actor: str = "regression",
     limit: int | None = None,
     clock: Callable[[], datetime] | None = None,
 ) -> RegressionResult:
-    """`clock`: the loop's (`ragloop.improve.clock`), stamped on the run; default the wall clock."""
+    """`clock`: the loop's (`ragloop.improve.clock`), stamped on the run; default the wall clock.
+    `webhook_url` overrides the stored webhook setting, `default_webhook_url` (the environment's)
+    applies when none is stored."""
     entries = working_set(store)[:limit] if limit else working_set(store)
     baseline = last_approved(store)
     base_items: dict[str, dict[str, float]] = dict((baseline.report or {}).get("items", {})) if baseline else {}
@@ -279,7 +276,7 @@ def run_regression(
             + ", ".join(f"{c.metric} {c.relative_change:+.1%}" for c in regressed)
             + (f"; rolled back to {rollback_to}" if rollback_to else "; no earlier approved version to roll back to")
         )
-        send_alert(alert, evidence, webhook_url)
+        send_alert(alert, evidence, resolve_webhook(store, webhook_url, default_webhook_url))
     status = "completed" if items or not entries else "failed"
     store.regressions.finish(
         run.run_id,

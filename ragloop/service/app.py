@@ -253,7 +253,7 @@ def _periodic(
             store,
             build_answerer(settings, cfg.collection, config, calls=store.model_calls),
             pipeline_version=version,
-            webhook_url=cfg.regression_webhook_url,
+            default_webhook_url=cfg.regression_webhook_url,
             clock=clock,
         )
         agents.invalidate()

@@ -113,7 +113,9 @@ class ServiceConfig:
     regression_interval_s: float = 0.0
     """The scheduled golden-set regression run (86400 for nightly); 0 (the default) turns it off."""
     regression_webhook_url: str | None = None
-    """Where a regression alert is POSTed (JSON) beside its log line; unset: log only."""
+    """The default of where a regression alert is POSTed (JSON, retried) beside its log line; an admin's
+    stored setting (`PUT /v1/regression/webhook`, `ragloop regress webhook set`) overrides it; unset
+    and none stored: log only (`ragloop.experiments.alerts`)."""
     rubric_check_interval_s: float = 30 * 86400.0
     """The evaluator-drift rubric check (tier-2 scores vs implicit satisfaction, `ragloop drift check`):
     monthly by default, read on the loop's clock; 0 turns it off."""

@@ -25,6 +25,7 @@ from ragloop.store.repositories import (
     PipelineVersions,
     QueryLog,
     RegressionRuns,
+    ServiceSettings,
 )
 
 
@@ -48,6 +49,7 @@ class Store:
         self.diagnoses = Diagnoses(db)
         self.knowledge_gaps = KnowledgeGaps(db)
         self.improvement_actions = ImprovementActions(db)
+        self.settings = ServiceSettings(db)
         self.queue = queue or EvaluationQueue(db)
 
     @classmethod

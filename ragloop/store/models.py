@@ -442,6 +442,19 @@ class EvaluationJob(Base):
     )
 
 
+class ServiceSetting(Base):
+    """A setting an admin changes at run time (API or CLI), shared by every server and CLI on this
+    database: one JSON value per key (`ragloop.store.repositories.settings`). Environment variables
+    stay the defaults; a stored setting overrides them (e.g. the regression alert webhook)."""
+
+    __tablename__ = "service_settings"
+
+    key: Mapped[str] = mapped_column(SHORT, primary_key=True)
+    value: Mapped[dict[str, Any]] = mapped_column()
+    updated_by: Mapped[str] = mapped_column(String(128), default="system")
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 TABLE_NAMES = (
     "queries",
     "answers",
@@ -461,4 +474,5 @@ TABLE_NAMES = (
     "diagnoses",
     "knowledge_gaps",
     "improvement_actions",
+    "service_settings",
 )

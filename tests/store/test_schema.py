@@ -44,6 +44,7 @@ EXPECTED_TABLES = {
     "diagnoses",
     "knowledge_gaps",
     "improvement_actions",
+    "service_settings",
 }
 
 

@@ -34,6 +34,7 @@ from ragloop.store.repositories.knowledge_gaps import KnowledgeGaps
 from ragloop.store.repositories.model_calls import ModelCalls, ModelUsage
 from ragloop.store.repositories.pipelines import PipelineVersions
 from ragloop.store.repositories.queries import QueryLog, SessionSummary, question_hash
+from ragloop.store.repositories.settings import ServiceSettings
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -62,6 +63,7 @@ __all__ = [
     "Proposal",
     "QueryLog",
     "RegressionRuns",
+    "ServiceSettings",
     "SessionSummary",
     "StoreConflictError",
     "api_key_id",
