@@ -194,12 +194,14 @@ def _cacm() -> Bench:
     )
 
 
-def prepare(bench: Bench, settings: Settings, base: PipelineConfig) -> dict[str, Any]:
+def prepare(
+    bench: Bench, settings: Settings, base: PipelineConfig, headings_modes: Sequence[bool] = (True, False)
+) -> dict[str, Any]:
     """Write the corpus and (incrementally) ingest it with headings on and off."""
     corpus_dir = BENCH_HOME / "corpora" / bench.name
     bench.dataset.write_corpus(corpus_dir)
     info: dict[str, Any] = {}
-    for headings in (True, False):
+    for headings in headings_modes:
         cfg = base.with_overrides(retrieval={"index_headings": headings})
         coll = Collection(f"bench-{bench.name}{'' if headings else '-noheadings'}", settings)
         with timed() as t:
@@ -415,7 +417,8 @@ def main() -> None:
     benches = [builders[n]() for n in args.datasets.split(",")]
 
     print(f"preparing collections (incremental ingest, {args.backend} backend)", flush=True)
-    ingest_info = {b.name: prepare(b, settings, default) for b in benches}
+    modes = (True,) if args.quick else (True, False)  # quick: the default (headings on) only
+    ingest_info = {b.name: prepare(b, settings, default, modes) for b in benches}
     if args.quick:
         quick(benches, base, args.backend, ingest_info)
         return
