@@ -188,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             ["model tokens run, old (padded per 64-text window)", tokens["old_padded"]],
             ["model tokens run, new (padded after a global sort)", tokens["new_padded"]],
             ["padding work removed (old / new tokens)", tokens["old_padded"] / tokens["new_padded"]],
-            ["chunk vectors, min cosine old vs new", chunk_cos],
-            [f"cached vectors ({len(live):,} by content hash), min cosine old vs new", cache_cos],
+            ["chunk vectors, min cosine old vs new", f"{chunk_cos:.7f}"],
+            [f"cached vectors ({len(live):,} by content hash), min cosine old vs new", f"{cache_cos:.7f}"],
         ],
         4,
     )
