@@ -358,6 +358,21 @@ class Redactor:
             return text
         return self._cached(text) if len(text) < 20_000 else self._redact(text)
 
+    def strip(self, text: str) -> str:
+        """`text` with its personal data removed (not replaced): what to search a knowledge base with.
+        An address or a card number is about the user, never what the documents are about; left in,
+        it drowned the question (a grade of 0.15 instead of 0.63 on a one-document collection), and a
+        placeholder would read as a name the documents lack."""
+        spans = self.find(text)
+        if not spans:
+            return text
+        out, at = [], 0
+        for sp in spans:
+            out.append(text[at : sp.start])
+            at = sp.end
+        out.append(text[at:])
+        return re.sub(r"\s+([.,;:!?])", r"\1", re.sub(r"\s{2,}", " ", "".join(out))).strip()
+
     def redact_optional(self, text: str | None) -> str | None:
         return None if text is None else self.redact(text)
 

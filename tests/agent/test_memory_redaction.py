@@ -50,7 +50,9 @@ def test_call_log_is_redacted_and_the_cache_skips_personal_responses(tmp_path: P
 def test_checkpoints_and_conversation_log_hold_no_personal_data(coll: Collection, ragloop_home: Path) -> None:
     agent = build_agent(coll)
     ans = ask(agent, QUESTION, thread_id="t-pii")
-    assert "Zorblat" in ans.answer
+    assert "Zorblat" in ans.answer and not ans.refused
+    # retrieval, grading and the draft read the question without the personal data
+    assert ans.standalone_question == "When was the Zorblat Bridge completed? Mail, card."
     follow = ask(agent, "And who built it?", thread_id="t-pii")
     assert follow.answer
     log = agent.log.messages("t-pii")

@@ -16,6 +16,7 @@ from ragloop.agent.state import AgentState
 from ragloop.models.chat import ChatRequest
 from ragloop.models.errors import ModelError
 from ragloop.text.analysis import content_terms, entities
+from ragloop.text.pii import default_redactor
 
 _FOLLOW_UP = {
     "it",
@@ -156,6 +157,11 @@ async def condense(state: AgentState, rt: Runtime) -> NodeResult:
                     new_summary = ""
             update["summary"] = new_summary or _offline_summary(summary, pairs)
             update["messages"] = [RemoveMessage(id=m.id) for m in old if m.id]
+    # personal data is never what the knowledge base is asked about: retrieval, grading and the draft
+    # read the standalone question without it (the turn's messages keep the user's own words)
+    stripped = default_redactor().strip(standalone)
+    if stripped != standalone and stripped:
+        standalone, how = stripped, f"{how}; personal data left out of the search"
     update["standalone"] = standalone
     return NodeResult(
         update,

@@ -20,6 +20,7 @@ from ragloop.agent.runtime import NodeResult, Runtime
 from ragloop.agent.state import AgentState
 from ragloop.agent.types import RetrievedChunk, Verdict
 from ragloop.text.analysis import ungrounded_entities
+from ragloop.text.pii import default_redactor
 
 
 def verdict_for(scores: list[float], tau_upper: float, tau_lower: float) -> Verdict:
@@ -53,7 +54,8 @@ async def grade(state: AgentState, rt: Runtime) -> NodeResult:
     verdict = verdict_for(scores, cfg.tau_upper, cfg.tau_lower)
     best = max(scores, default=0.0)
     check = cfg.entity_grounding and verdict == "AMBIGUOUS"
-    missing = ungrounded_entities(state["question"], [_passage(c) for c in by_id.values()]) if check else []
+    asked = default_redactor().strip(state["question"])  # an address is not a name the documents lack
+    missing = ungrounded_entities(asked, [_passage(c) for c in by_id.values()]) if check else []
     if missing and verdict == "AMBIGUOUS":
         verdict = "INCORRECT"
         reason = f"no retrieved passage mentions {', '.join(repr(m) for m in missing)} (best chunk {best:.2f})"
