@@ -143,6 +143,14 @@ def cut_offset(text: str, answer: str, question: str, min_words: int = 3) -> int
     return None
 
 
+_NON_WORD = re.compile(r"[^\w\s]")
+
+
+def _words(text: str) -> str:
+    """`normalize_answer` with punctuation turned into spaces first (a word boundary, not glue)."""
+    return normalize_answer(_NON_WORD.sub(" ", text))
+
+
 class SquadInjector:
     def __init__(
         self,
@@ -184,11 +192,14 @@ class SquadInjector:
 
     # helpers --------------------------------------------------------------------------------------
     def _bearing(self, text: str, q: SquadQuestion) -> bool:
-        """`contains_gold(text, q.answers)`, with the text's normalisation memoised."""
+        """Does the text hold a gold answer as words (`contains_gold` with punctuation as a word
+        boundary, the text's normalisation memoised)? SQuAD's normalisation deletes punctuation, so
+        "a political focus.[citation]" reads "political focuscitation" and would hide the answer
+        "political focus": a ranking-failure case whose top k still held the answer was kept."""
         norm = self._norm.get(text)
         if norm is None:
-            norm = self._norm[text] = f" {normalize_answer(text)} "
-        return any(g and f" {g} " in norm for g in (normalize_answer(a) for a in q.answers))
+            norm = self._norm[text] = f" {_words(text)} "
+        return any(g and f" {g} " in norm for g in (_words(a) for a in q.answers))
 
     def _gold_rank(self, ranked: Sequence[RankedChunk], q: SquadQuestion, texts: dict[str, str]) -> int | None:
         doc = self._doc_of_pid.get(q.paragraph_id)
