@@ -358,7 +358,7 @@ class Redactor:
             return text
         return self._cached(text) if len(text) < 20_000 else self._redact(text)
 
-    def strip(self, text: str) -> str:
+    def remove(self, text: str) -> str:
         """`text` with its personal data removed (not replaced): what to search a knowledge base with.
         An address or a card number is about the user, never what the documents are about; left in,
         it drowned the question (a grade of 0.15 instead of 0.63 on a one-document collection), and a

@@ -89,10 +89,10 @@ def test_spans_are_typed_and_placeholders_idempotent() -> None:
     assert R.redact(once) == once == "[EMAIL] paid with [CARD] from [IBAN]"
 
 
-def test_strip_leaves_a_question_to_search_with() -> None:
+def test_remove_leaves_a_question_to_search_with() -> None:
     q = "How much is the tariff? My email is alice@example.org and card 4111 1111 1111 1111."
-    assert R.strip(q) == "How much is the tariff? My email is and card."
-    assert R.strip("no personal data") == "no personal data"
+    assert R.remove(q) == "How much is the tariff? My email is and card."
+    assert R.remove("no personal data") == "no personal data"
 
 
 def test_checksums() -> None:

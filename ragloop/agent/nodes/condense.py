@@ -159,7 +159,7 @@ async def condense(state: AgentState, rt: Runtime) -> NodeResult:
             update["messages"] = [RemoveMessage(id=m.id) for m in old if m.id]
     # personal data is never what the knowledge base is asked about: retrieval, grading and the draft
     # read the standalone question without it (the turn's messages keep the user's own words)
-    stripped = default_redactor().strip(standalone)
+    stripped = default_redactor().remove(standalone)
     if stripped != standalone and stripped:
         standalone, how = stripped, f"{how}; personal data left out of the search"
     update["standalone"] = standalone

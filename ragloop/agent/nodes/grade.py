@@ -54,7 +54,7 @@ async def grade(state: AgentState, rt: Runtime) -> NodeResult:
     verdict = verdict_for(scores, cfg.tau_upper, cfg.tau_lower)
     best = max(scores, default=0.0)
     check = cfg.entity_grounding and verdict == "AMBIGUOUS"
-    asked = default_redactor().strip(state["question"])  # an address is not a name the documents lack
+    asked = default_redactor().remove(state["question"])  # an address is not a name the documents lack
     missing = ungrounded_entities(asked, [_passage(c) for c in by_id.values()]) if check else []
     if missing and verdict == "AMBIGUOUS":
         verdict = "INCORRECT"
