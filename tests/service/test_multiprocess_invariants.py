@@ -14,9 +14,9 @@ Redis) hold afterwards, not on what the processes said:
   same proposed action; it is applied by one of them, audited once, and its entry is in Redis;
 - one current pipeline version: both servers register and activate their start-up configuration.
 
-The servers have their own `RAGLOOP_HOME` with the same small collection ingested in each (the
-knowledge base is per home until collections live in PostgreSQL). The workers use the first
-server's home (remediation reads the collection). Runs in well under a minute on two cores.
+The knowledge base is one PostgreSQL collection (`RAGLOOP_COLLECTIONS_URL`, ingested once) that
+both servers and the workers' remediation read; each process has its own `RAGLOOP_HOME` for the
+rest (the workers share the first server's). About a minute and a half on an idle two-core machine.
 """
 
 from __future__ import annotations
@@ -27,16 +27,18 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
-from sqlalchemy import func, select
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.pool import NullPool
 
 from ragloop.experiments import hashed_variant
+from ragloop.retrieval.pgstore import schema_for
 from ragloop.service.pipelines import ensure_active_version
 from ragloop.store import Evaluation, EvaluationJob, ImprovementAction, Store
 from ragloop.store.models import PipelineVersion, Query
@@ -101,12 +103,13 @@ def client(n: int, bases: dict[str, str], dead: set[str], keys: Keys, traffic: T
 
 
 @pytest.fixture
-def fleet_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+def fleet_env(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     """(Redis URL, collection name): the environment every process of the fleet inherits."""
     url = redis_test_url()
-    name = f"mp{secrets.token_hex(4)}"  # the Redis keys (expansion entries) are the collection's own
+    name = f"mp{secrets.token_hex(4)}"  # its own Redis keys (expansion entries) and collection schema
     for var, value in {
         "RAGLOOP_REDIS_URL": url,
+        "RAGLOOP_COLLECTIONS_URL": postgres_url,
         "RAGLOOP_COLLECTION": name,
         "RAGLOOP_TIER2_SAMPLE_RATE": "0.5",  # tier-2 jobs too
         "RAGLOOP_DIAGNOSE": "false",
@@ -120,6 +123,12 @@ def fleet_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     finally:
         client.delete(f"ragloop:expansion:{name}", f"ragloop:expansion:{name}:version")
         client.close()
+        engine = create_engine(postgres_url, poolclass=NullPool)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema_for(name)}" CASCADE'))
+        finally:
+            engine.dispose()
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -144,13 +153,13 @@ def _jobs(store: Store) -> list[EvaluationJob]:
         return list(s.scalars(select(EvaluationJob)))
 
 
-def _wait(pred: object, timeout: float, what: str) -> None:
+def _wait(pred: Callable[[], bool], timeout: float, what: str | Callable[[], str]) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if callable(pred) and pred():
+        if pred():
             return
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
 
 
 def test_two_servers_three_workers_one_truth(
@@ -158,10 +167,8 @@ def test_two_servers_three_workers_one_truth(
 ) -> None:
     redis_url, coll_name = fleet_env
     homes = {"A": tmp_path / "home-a", "B": tmp_path / "home-b"}
-    for home in homes.values():  # the same knowledge base in each home
-        monkeypatch.setenv("RAGLOOP_HOME", str(home))
-        make_collection(coll_name, DOCS, tmp_path / "docs").close()
     monkeypatch.setenv("RAGLOOP_HOME", str(homes["A"]))
+    make_collection(coll_name, DOCS, tmp_path / "docs").close()  # into PostgreSQL: one knowledge base
     from ragloop.config import Settings
     from ragloop.retrieval.collection import Collection
 
@@ -246,7 +253,7 @@ def test_two_servers_three_workers_one_truth(
         def drained() -> bool:
             return all(j.status in ("done", "failed") for j in _jobs(store) if j.tier in ("heuristic", "llm_judge"))
 
-        _wait(drained, 120, f"the queue to drain: {store.queue.stats()}")
+        _wait(drained, 120, lambda: f"the queue to drain: {store.queue.stats()}")
         _stop(procs)
         logs = {p.name: p.read_text()[-2000:] for p in tmp_path.glob("*.log")}
 
@@ -255,11 +262,16 @@ def test_two_servers_three_workers_one_truth(
         assert {name for name, _ in served.values()} == {"A", "B"}, (traffic.errors[:5], logs)
         with store.db.transaction(write=False) as s:
             evaluations = s.execute(select(Evaluation.answer_id, Evaluation.evaluation_tier, Evaluation.status)).all()
-            queries = s.execute(select(Query.answer_id, Query.session_id, Query.experiment_id, Query.variant)).all()
+            queries = s.execute(
+                select(Query.answer_id, Query.session_id, Query.experiment_id, Query.variant, Query.retrieved_chunk_ids)
+            ).all()
             active = s.scalar(select(func.count()).where(PipelineVersion.status == "active"))
             applied = s.scalar(select(ImprovementAction).where(ImprovementAction.action_id == action.action_id))
         jobs = _jobs(store)
 
+        # one knowledge base: B has no collection files, yet every answer retrieved from it
+        assert not (homes["B"] / "collections" / coll_name).exists()
+        assert all(q.retrieved_chunk_ids for q in queries if q.answer_id in served)
         # no answer evaluated twice
         per_tier = Counter((r.answer_id, r.evaluation_tier) for r in evaluations)
         assert max(per_tier.values()) == 1, [k for k, v in per_tier.items() if v > 1][:5]
