@@ -122,8 +122,15 @@ def search(
         _print_hits(query, hits)
 
 
+def _shown(url: str | None) -> str | None:
+    """A collections URL fit to print (no password)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True) if url else None
+
+
 def collections(json_: JsonOpt = False) -> None:
-    """List the collections under RAGLOOP_HOME."""
+    """List the collections under RAGLOOP_HOME (or in RAGLOOP_COLLECTIONS_URL's database)."""
     s = settings()
     rows = []
     for name in list_collections(s):
@@ -133,9 +140,9 @@ def collections(json_: JsonOpt = False) -> None:
         finally:
             coll.close()
     if json_:
-        print_json({"home": str(s.home), "collections": rows})
+        print_json({"home": str(s.home), "collections_url": _shown(s.collections_url), "collections": rows})
         return
-    table = Table(title=f"collections in {s.home}")
+    table = Table(title=f"collections in {_shown(s.collections_url) or s.home}")
     for col in ("name", "files", "chunks", "generation", "dense_backend", "bytes"):
         table.add_column(col)
     for r in rows:
