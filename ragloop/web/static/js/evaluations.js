@@ -100,7 +100,10 @@ function scoreCell(e) {
   const fill = el("span", { class: `score-fill ${v !== null && v < 0.5 ? "low" : ""}` });
   fill.style.width = `${Math.round((v ?? 0) * 100)}%`;
   const named = Object.entries(e.scores || {}).filter(([, x]) => typeof x === "number").map(([k, x]) => `${k} ${fmt(x, 2)}`);
+  // a score by a judge that has not qualified is kept for the record but counts for nothing
+  const unqualified = e.status === "unqualified" ? el("span", { class: "badge bad-badge", text: "unqualified judge: not counted" }) : null;
   return el("td", {},
+    unqualified,
     el("span", { class: "score-num", text: fmt(v, 2) }),
     el("span", { class: "score-track", "aria-hidden": "true" }, fill),
     named.length ? el("details", { class: "small" }, el("summary", { text: "scores" }), el("ul", { class: "plain" }, ...named.map((t) => el("li", { text: t })))) : null,
