@@ -38,6 +38,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from ragloop.config.pipeline import ChunkingConfig, ChunkOverride
 from ragloop.sqlite import sqlite_engine
@@ -135,6 +136,22 @@ class FileRecord:
     ingested_at: float
 
 
+def create_tables(engine: Engine, attempts: int = 3) -> None:
+    """Create the registry's tables, tolerating another process doing the same at that moment.
+
+    A server and a worker opening a new collection at once both find no table and both CREATE it;
+    the loser's "already exists" only means the winner made it, so it looks again rather than
+    dying at start-up.
+    """
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine)
+            return
+        except (OperationalError, ProgrammingError) as exc:
+            if "already exists" not in str(exc) or attempt == attempts - 1:
+                raise
+
+
 class Registry:
     def __init__(self, url: str, *, engine: Engine | None = None) -> None:
         """`engine`: an engine the caller owns and has created the tables on (the PostgreSQL
@@ -145,7 +162,7 @@ class Registry:
             # durability "full": the registry says which files are indexed and must not lose an acknowledged
             # commit on power loss (see ragloop.sqlite for the policy)
             engine = sqlite_engine(url, durability="full") if url.startswith("sqlite") else create_engine(url)
-            metadata.create_all(engine)
+            create_tables(engine)
         self.engine: Engine = engine
 
     @classmethod
