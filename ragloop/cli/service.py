@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,6 +15,7 @@ import typer
 from ragloop.cli.common import ConfigOpt, JsonOpt, console, fail, out, print_json, settings
 
 if TYPE_CHECKING:
+    from ragloop.config.settings import Settings
     from ragloop.store import Store
 
 keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.", no_args_is_help=True)
@@ -105,14 +107,19 @@ def worker(
     ] = 0.0,
     no_judge: Annotated[bool, typer.Option("--no-judge", help="Tier 1 only (leave tier-2 jobs to others).")] = False,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    embed_only: Annotated[
+        bool, typer.Option("--embed-only", help="Only embed ingest slices (no evaluation; no store needed).")
+    ] = False,
     database_url: UrlOpt = None,
 ) -> None:
     """Evaluate answers from the durable queue (tier 1 on every answer, tier 2 where routed).
 
+    With RAGLOOP_DISTRIBUTED_EMBEDDING=on and a shared embedding cache (RAGLOOP_EMBEDDING_CACHE_URL,
+    or a PostgreSQL RAGLOOP_DATABASE_URL), a thread also embeds the slices ingests put on the shared
+    queue (`ragloop.models.shared_cache`); --embed-only runs that thread alone.
     Runs until SIGTERM/SIGINT (the job in hand finishes first), or with --drain until nothing is due.
     Any number of workers can share one database."""
     import asyncio
-    import threading
 
     stopping = threading.Event()
     stopper: list[Callable[[], None]] = []
@@ -127,14 +134,21 @@ def worker(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
+    _logging(log_level)
+    s = settings()
+    embedding = _embedding_thread(
+        s, stopping, embed_only, lease_s=lease_seconds, poll_s=poll_interval, delay_s=job_delay
+    )
+    if embed_only:  # before the evaluation side's imports: an embedding-only worker starts in a second
+        embedding.join()
+        return
+
     from ragloop.improve.judge import make_judge
     from ragloop.improve.remediate import current_config
     from ragloop.models.scoring import make_scorer
     from ragloop.service import EvaluationWorker, ServiceConfig
     from ragloop.service.app import diagnosis_engine, remediation_pass
 
-    _logging(log_level)
-    s = settings()
     try:
         cfg = ServiceConfig.from_env(lease_seconds=lease_seconds, poll_interval_s=poll_interval)
     except ValueError as exc:
@@ -160,7 +174,46 @@ def worker(
     finally:
         w.tier1_cache.close()
         store.close()
+    stopping.set()
+    embedding.join()
     console.print(f"worker {w.worker_id}: {done} jobs", highlight=False)
+
+
+def _embedding_thread(
+    s: Settings, stopping: threading.Event, required: bool, *, lease_s: float, poll_s: float, delay_s: float
+) -> threading.Thread:
+    """The slice-embedding loop in a thread (not started when distributed embedding is off, and
+    then `join` returns at once); `required` (--embed-only) fails when it cannot run. It shares the
+    evaluation loop's lease, poll interval and fault-injection delay."""
+    from ragloop.models import make_model
+    from ragloop.models.shared_cache import SharedEmbeddingStore, work_slices
+    from ragloop.service.worker import default_worker_id
+
+    thread = threading.Thread(target=lambda: None)
+    if not (s.distributed_embedding and s.embedding_cache_url):
+        if required:
+            fail("--embed-only needs RAGLOOP_DISTRIBUTED_EMBEDDING=on and a PostgreSQL RAGLOOP_EMBEDDING_CACHE_URL")
+        thread.start()
+        return thread
+    shared = SharedEmbeddingStore.for_url(s.embedding_cache_url)
+    worker_id = f"embed:{default_worker_id()}"
+
+    def run() -> None:
+        n = work_slices(
+            shared,
+            lambda m, t: make_model(m, s, max_tokens=t),
+            stopping,
+            worker_id=worker_id,
+            lease_s=lease_s,
+            poll_s=poll_s,
+            delay_s=delay_s,
+        )
+        console.print(f"embedding worker {worker_id}: {n} slices", highlight=False)
+
+    console.print(f"embedding worker {worker_id} (pid {os.getpid()})", highlight=False)
+    thread = threading.Thread(target=run, name="ragloop-embed-worker", daemon=True)
+    thread.start()
+    return thread
 
 
 @keys_app.command("create")

@@ -43,6 +43,16 @@ def _default_llm_threads() -> int:
     return max(1, min((os.cpu_count() or 1) - 1, 8))
 
 
+def _embedding_cache_url() -> str | None:
+    raw = os.environ.get("RAGLOOP_EMBEDDING_CACHE_URL", "").strip()
+    if raw.lower() in ("off", "local", "none"):
+        return None
+    if raw:
+        return raw
+    db = os.environ.get("RAGLOOP_DATABASE_URL", "").strip()
+    return db if db.startswith(("postgres://", "postgresql")) else None
+
+
 @dataclass(frozen=True)
 class Settings:
     """`RAGLOOP_HOME` holds all state: registries, indexes, caches and databases."""
@@ -64,6 +74,14 @@ class Settings:
     """`RAGLOOP_COLLECTIONS_URL`: a PostgreSQL URL keeps every collection (registry, chunks, vectors,
     index generations) in that database, shared by every instance that names it
     (`ragloop.retrieval.pgstore`); unset, collections are folders under `home`."""
+    embedding_cache_url: str | None = field(default_factory=lambda: _embedding_cache_url())
+    """Where embeddings are cached: `RAGLOOP_EMBEDDING_CACHE_URL`, else `RAGLOOP_DATABASE_URL` when it
+    names PostgreSQL (every instance on that database shares one cache, `ragloop.models.shared_cache`);
+    None means the SQLite file under `home/cache`. `off` forces the local file."""
+    distributed_embedding: bool = field(default_factory=lambda: _flag("RAGLOOP_DISTRIBUTED_EMBEDDING", False))
+    """`RAGLOOP_DISTRIBUTED_EMBEDDING=on` (with a shared cache): an ingest's missing texts go out as slices
+    that `ragloop worker` processes embed alongside the ingesting process. Off by default: with no
+    worker running it only adds round trips."""
     max_file_bytes: int = field(default_factory=lambda: int(os.environ.get("RAGLOOP_MAX_FILE_BYTES", 50 * 1024 * 1024)))
     clock: Clock = field(default_factory=process_clock, compare=False, repr=False)
     """`RAGLOOP_CLOCK` (`ragloop.config.clock`): the system's, or a simulation's compressed one. The store's

@@ -13,10 +13,23 @@ _loaded: dict[tuple[str, int, int], Embedder] = {}
 
 
 def make_embedder(name: str, settings: Settings, *, max_tokens: int = 256, batch_size: int = 16) -> Embedder:
-    """An embedder wrapped in the content-hash cache under `RAGLOOP_HOME/cache`.
-
-    The ONNX session is loaded once per process: the service and the CLI ask for it often.
+    """An embedder wrapped in the content-hash cache: the shared one in PostgreSQL when
+    `settings.embedding_cache_url` names one (ingest spread over workers when
+    `settings.distributed_embedding`), else the SQLite file under `RAGLOOP_HOME/cache`.
     """
+    inner = make_model(name, settings, max_tokens=max_tokens, batch_size=batch_size)
+    if settings.embedding_cache_url:
+        from ragloop.models.shared_cache import SharedCachedEmbedder
+
+        return SharedCachedEmbedder(
+            inner, settings.embedding_cache_url, distributed=settings.distributed_embedding, max_tokens=max_tokens
+        )
+    return CachedEmbedder(inner, settings.cache_dir / "embeddings.sqlite")
+
+
+def make_model(name: str, settings: Settings, *, max_tokens: int = 256, batch_size: int = 16) -> Embedder:
+    """The uncached embedder `name`. The ONNX session is loaded once per process: the service and
+    the CLI ask for it often."""
     key = (name, max_tokens, batch_size)
     inner = _loaded.get(key)
     if inner is None:
@@ -28,7 +41,15 @@ def make_embedder(name: str, settings: Settings, *, max_tokens: int = 256, batch
         else:
             raise UnknownModelError(f"unknown embedder {name!r}; known: {', '.join(EMBEDDERS)}")
         _loaded[key] = inner
-    return CachedEmbedder(inner, settings.cache_dir / "embeddings.sqlite")
+    return inner
 
 
-__all__ = ["EMBEDDERS", "CachedEmbedder", "Embedder", "HashedEmbedder", "OnnxMiniLMEmbedder", "make_embedder"]
+__all__ = [
+    "EMBEDDERS",
+    "CachedEmbedder",
+    "Embedder",
+    "HashedEmbedder",
+    "OnnxMiniLMEmbedder",
+    "make_embedder",
+    "make_model",
+]
