@@ -293,6 +293,9 @@ class RegistryTxn:
         self.conn.execute(delete(state_table).where(state_table.c.key == key))
         self.conn.execute(insert(state_table).values(key=key, value=value))
 
+    def delete_state(self, key: str) -> None:
+        self.conn.execute(delete(state_table).where(state_table.c.key == key))
+
     def set_document_override(self, override: DocumentOverride) -> None:
         self.clear_document_override(override.rel)
         self.conn.execute(

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ import numpy as np
 from ragloop.config.pipeline import PipelineConfig
 from ragloop.config.settings import Settings
 from ragloop.ingest.registry import FileRecord, Registry, RegistryTxn
-from ragloop.ingest.scan import IngestPlan, plan_ingest
+from ragloop.ingest.scan import FileChange, IngestPlan, plan_ingest
 from ragloop.ingest.types import Chunk
 from ragloop.models import make_embedder
 from ragloop.models.embedding import Embedder
@@ -158,7 +158,21 @@ class Collection:
         storage.prune(generation)
 
     # ingest ------------------------------------------------------------------------------
-    def ingest(self, paths: Sequence[Path], config: PipelineConfig, progress: Progress | None = None) -> IngestSummary:
+    def ingest(
+        self,
+        paths: Sequence[Path],
+        config: PipelineConfig,
+        progress: Progress | None = None,
+        *,
+        root: str | None = None,
+        sources: Mapping[str, bytes] | None = None,
+        marker: str | None = None,
+    ) -> IngestSummary:
+        """Ingest `paths` (see `plan_ingest`) as one new generation. `root` registers every file
+        under that name instead of the folder it was read from (uploads on a shared backend: the
+        staging folder is no place to point at); `sources` (rel -> bytes) are kept by the storage
+        with the registry rows of the files the ingest took (`CollectionStorage.write_sources`);
+        `marker` is a registry state key set in the same transaction (a job's proof it committed)."""
         start = time.perf_counter()
         with self.exclusive():
             registry = self.registry
@@ -176,18 +190,26 @@ class Collection:
             # a re-chunked document keeps its own size/overlap (registry overrides win over the config's)
             chunking = registry.chunking_for(config.chunking)
             plan = plan_ingest(paths, known, chunking, fingerprint, self.settings.max_file_bytes, on_file)
+            if root is not None:
+                plan.changes = [_rooted(c, root) for c in plan.changes]
             if full_rebuild:  # files ingested earlier but not named now keep their place
                 plan = self._carry_unnamed(plan, registry.files())
             summary = self._summarise(plan)
             summary.collection = self.name
             old_gen = self.generation()
             touched = [c for c in plan.changes if c.touched]
+            given = sources or {}
+            taken = {c.rel: given[c.rel] for c in plan.changes if c.kind != "skipped" and c.rel in given}
+            dropped = [c.rel for c in plan.changes if c.kind == "deleted"]
             if not plan.has_changes and not full_rebuild and old_gen:
-                if touched:
+                if touched or taken or marker:
                     with registry.transaction() as txn:
                         for c in touched:
                             assert c.record is not None
                             txn.upsert_file(c.record)
+                        self.storage.write_sources(txn.conn, taken, dropped)
+                        if marker:
+                            txn.set_state(marker, "1")
                 summary.generation = old_gen
                 summary.chunks_total = self.load().manifest.n_chunks
                 summary.seconds = time.perf_counter() - start
@@ -213,6 +235,9 @@ class Collection:
                     elif c.record is not None and (c.kind in ("new", "changed") or c.touched or full_rebuild):
                         txn.upsert_file(c.record)
                 txn.set_state("fingerprint", fingerprint)
+                self.storage.write_sources(txn.conn, taken, dropped)
+                if marker:
+                    txn.set_state(marker, "1")
 
             self.publish(new_gen, chunks, vectors, spec, changes)
             if progress:
@@ -309,6 +334,7 @@ class Collection:
             def changes(txn: RegistryTxn) -> None:
                 for rel in gone:
                     txn.delete_file(rel)
+                self.storage.write_sources(txn.conn, {}, gone)
 
             self.publish(new_gen, [cur.chunks[i] for i in keep], vectors, IndexSpec.of(m), changes)
         return IngestSummary(
@@ -340,6 +366,11 @@ def _stage(progress: Progress | None, stage: str) -> Callable[[int, int], None] 
     if progress is None:
         return None
     return lambda done, total: progress(stage, done, total)
+
+
+def _rooted(change: FileChange, root: str) -> FileChange:
+    record = None if change.record is None else replace(change.record, root=root)
+    return replace(change, root=root, record=record)
 
 
 def _with_source(chunk: Chunk, rel: str) -> Chunk:

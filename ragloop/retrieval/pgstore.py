@@ -7,6 +7,8 @@ reused through `schema_translate_map`) and the generations:
 
 - `generations`: one row per stored generation, its manifest (JSON);
 - `chunks`: one row per chunk and generation: the chunk (JSON), and its vector as float32 bytes;
+- `sources`: uploaded source files by registry rel (`write_sources`, in the transaction that
+  switches the generation), so every instance can re-upload, delete and re-chunk them;
 - `generation_files`: the BM25 index (and an ANN graph, when the generation has one) as the
   same files the embedded backend writes, one `bytea` each.
 
@@ -38,7 +40,7 @@ import logging
 import re
 import tempfile
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -105,6 +107,13 @@ files_table = Table(
     Column("data", LargeBinary, nullable=False),
 )
 
+sources_table = Table(
+    "sources",
+    generation_metadata,
+    Column("rel", String, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
+
 
 class DatabaseVectorBackend(Protocol):
     """A vector index kept in PostgreSQL itself (pgvector's HNSW), named by `dense.backend`."""
@@ -163,6 +172,8 @@ def _engine(url: str, **kwargs: object) -> Engine:
 
 class PgStorage:
     """One collection's schema (see the module docstring)."""
+
+    shared = True
 
     def __init__(self, name: str, url: str) -> None:
         self.name = name
@@ -353,6 +364,22 @@ class PgStorage:
                 size = select(func.coalesce(func.sum(func.pg_column_size(column)), 0))
                 total += int(conn.execute(size.where(column.table.c.generation == generation)).scalar() or 0)
         return total
+
+    # uploaded sources ------------------------------------------------------------------------
+    def write_sources(self, conn: Connection, put: Mapping[str, bytes], drop: Iterable[str]) -> None:
+        gone = set(drop) | set(put)
+        if gone:
+            conn.execute(delete(sources_table).where(sources_table.c.rel.in_(sorted(gone))))
+        if put:
+            conn.execute(insert(sources_table), [{"rel": rel, "data": data} for rel, data in put.items()])
+
+    def source(self, rel: str) -> bytes | None:
+        if not self.exists():
+            return None
+        self.registry  # noqa: B018 - a schema made before `sources` existed gets the table
+        with self.engine.connect() as conn:
+            data = conn.execute(select(sources_table.c.data).where(sources_table.c.rel == rel)).scalar()
+        return None if data is None else bytes(data)
 
     def close(self) -> None:
         self._registry = None

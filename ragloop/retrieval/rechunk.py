@@ -10,12 +10,16 @@ the file's registry row and the generation pointer change in one registry transa
 failing before that commit removes what was staged and leaves the previous generation serving.
 Vectors of chunks whose indexed text already exists in the current or previous generation are
 reused, so a revert restores the previous vectors exactly instead of re-embedding them.
+An uploaded document on a shared backend is read from the collection's storage (any instance
+can re-chunk it, whichever received the upload), a local one from its registered root.
 """
 
 from __future__ import annotations
 
 import hashlib
+import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -52,6 +56,18 @@ def source_of(collection: Collection, doc_id: str) -> str:
     raise CollectionError(f"no document {doc_id!r} in collection {collection.name!r}")
 
 
+def _source_root(collection: Collection, rel: str, registered: Path, stack: ExitStack) -> Path:
+    """Where to read `rel` from: a private folder holding the stored source (removed with `stack`),
+    or the root it was ingested from."""
+    stored = collection.storage.source(rel)
+    if stored is None:
+        return registered
+    root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ragloop-rechunk-")))
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_bytes(stored)
+    return root
+
+
 def _file_hash(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -78,7 +94,7 @@ def rechunk_document(
 ) -> RechunkResult:
     """Re-chunk source file `rel` with `override` (None: the config's own chunking for it), as one
     new generation. `config` must be the pipeline the collection was indexed with."""
-    with collection.exclusive():
+    with collection.exclusive(), ExitStack() as stack:
         registry = collection.registry
         fingerprint = config.index_fingerprint()
         if registry.get_state("fingerprint") != fingerprint:
@@ -86,7 +102,8 @@ def rechunk_document(
         record = registry.files().get(rel)
         if record is None:
             raise CollectionError(f"not in collection {collection.name!r}: {rel}")
-        path = Path(record.root) / rel
+        root = _source_root(collection, rel, Path(record.root), stack)
+        path = root / rel
         if _file_hash(path) != record.content_hash:
             raise CollectionError(f"{rel} changed on disk since it was indexed: re-ingest it instead")
         overrides = registry.document_overrides()
@@ -97,7 +114,7 @@ def rechunk_document(
             overrides[rel] = override
         chunking = registry.chunking_for(config.chunking, overrides)
         size, overlap = chunking.for_document(rel)
-        docs = load_file(path, Path(record.root), max_bytes=collection.settings.max_file_bytes)
+        docs = load_file(path, root, max_bytes=collection.settings.max_file_bytes)
         fresh = [_with_source(c, rel) for d in docs for c in chunk_document(d, size, overlap, chunking.min_size)]
         if not fresh:
             raise CollectionError(f"{rel} has no text to index after cleaning")

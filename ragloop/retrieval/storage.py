@@ -14,6 +14,12 @@ Backends:
 - `PgStorage` (`ragloop.retrieval.pgstore`, when `RAGLOOP_COLLECTIONS_URL` names PostgreSQL):
   the same registry tables plus generation rows in one schema per collection, an advisory writer
   lock. Every instance on that database serves the same collections.
+
+Uploaded source files (`ragloop.service.documents`) follow the backend. On files they stay in the
+instance's `RAGLOOP_HOME/uploads/<collection>/`. On a shared backend the storage keeps them
+(`write_sources`, called inside the same registry transaction that switches the generation, and
+`source`), so any instance can re-upload, delete or re-chunk a document another one took in, and
+no instance's disk holds a copy that a later ingest could bring back.
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 import numpy as np
+from sqlalchemy import Connection
 
 from ragloop.config.settings import Settings
 from ragloop.ingest.registry import Registry
@@ -50,6 +57,8 @@ class CollectionStorage(Protocol):
     """The durable side of one collection (see the module docstring for the contract)."""
 
     name: str
+    shared: bool
+    """Whether other instances serve this collection too (then uploaded sources live here)."""
 
     @property
     def registry(self) -> Registry: ...
@@ -83,11 +92,23 @@ class CollectionStorage(Protocol):
 
     def size_bytes(self, generation: int) -> int: ...
 
+    def write_sources(self, conn: Connection, put: Mapping[str, bytes], drop: Iterable[str]) -> None:
+        """Store uploaded source files (by registry rel) and forget others, on `conn`: the registry
+        transaction that switches the generation, so sources and index change together. A backend
+        that is not `shared` keeps none (uploads stay in the instance's home)."""
+        ...
+
+    def source(self, rel: str) -> bytes | None:
+        """The stored source of an uploaded document; None if it has none here."""
+        ...
+
     def close(self) -> None: ...
 
 
 class FileStorage:
     """Today's embedded layout under `RAGLOOP_HOME/collections/NAME`."""
+
+    shared = False
 
     def __init__(self, name: str, settings: Settings) -> None:
         self.name = name
@@ -142,10 +163,21 @@ class FileStorage:
     def size_bytes(self, generation: int) -> int:
         return sum(p.stat().st_size for p in gen_dir(self.dir, generation).rglob("*") if p.is_file())
 
+    def write_sources(self, conn: Connection, put: Mapping[str, bytes], drop: Iterable[str]) -> None:
+        return None  # one machine: uploads stay in `RAGLOOP_HOME/uploads/<collection>/`
+
+    def source(self, rel: str) -> bytes | None:
+        return None
+
     def close(self) -> None:
         if self._registry is not None:
             self._registry.close()
             self._registry = None
+
+
+def shared_backend(settings: Settings) -> bool:
+    """Whether `settings` put collections where other instances serve them too."""
+    return bool(settings.collections_url)
 
 
 def open_storage(name: str, settings: Settings) -> CollectionStorage:

@@ -1,16 +1,18 @@
 """Uploaded documents: validation, staging, background ingestion with progress, and deletion.
 
 Uploads live in `RAGLOOP_HOME/uploads/<collection>/`, ingested as one root (document ids are the
-file names). An upload is all or nothing: every file is checked completely before the 202 (name,
-type, size, then `load_chunks`, the very load and chunking the ingest runs, which also refuses a
-lone surrogate, NUL, and markup too deep or too large to parse quickly); one bad file is a 422
-naming it and why, and nothing is kept, so no file is taken in without the rest. Accepted files are
-staged in a hidden directory (ingest skips dot-directories); a job moves them into place and
-ingests. A file the ingest still skips is taken out again (or the version it replaced restored) and
-listed with its reason in `result.rejected`, the others kept; a failed job keeps nothing and says
-why in one plain line (`failure_reason`). Deleting a document drops it from the index as one new
-generation (`Collection.delete_documents`), uploaded or not; an uploaded file leaves the upload area
-too. The upload area never holds a file the index does not, and readers never see a half state.
+file names); on a shared collection backend they live in the collection's storage instead, so any
+instance can re-upload or delete them (`ragloop.service.shared_uploads`). An upload is all or
+nothing: every file is checked completely before the 202 (name, type, size, then `load_chunks`,
+the very load and chunking the ingest runs, which also refuses a lone surrogate, NUL, and markup
+too deep or too large to parse quickly); one bad file is a 422 naming it and why, and nothing is
+kept, so no file is taken in without the rest. Accepted files are staged in a hidden directory
+(ingest skips dot-directories); a job moves them into place and ingests. A file the ingest still
+skips is taken out again (or the version it replaced restored) and listed with its reason in
+`result.rejected`, the others kept; a failed job keeps nothing and says why in one plain line
+(`failure_reason`). Deleting a document drops it from the index as one new generation
+(`Collection.delete_documents`), uploaded or not; an uploaded file leaves the upload area too. The
+upload area never holds a file the index does not, and readers never see a half state.
 
 Jobs are rows in the store (`document_jobs`), so `GET /v1/jobs/{id}` and the job list answer from
 any instance and survive a restart. A job runs on a dedicated thread (one at a time: ingests of one
@@ -39,6 +41,8 @@ from ragloop.config import PipelineConfig, Settings
 from ragloop.ingest.scan import load_chunks
 from ragloop.ingest.types import LoaderError
 from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.storage import shared_backend
+from ragloop.service import shared_uploads
 from ragloop.service.uploads import StagedFile, UploadError, failure_reason
 from ragloop.service.uploads import check_collection_name as check_collection_name
 from ragloop.service.uploads import check_filename as check_filename
@@ -138,6 +142,8 @@ class DocumentJobs:
         self.config_for = config_for
         self.owner = owner or default_owner(settings)
         self.on_done = on_done
+        self.shared = shared_backend(settings)
+        """Collections shared with other instances: uploads are kept by the storage, not this home."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragloop-ingest")
         self.home_lock: HomeLock | None = None
         """Held (by `recover_document_jobs`) while this instance runs the home's jobs."""
@@ -160,7 +166,6 @@ class DocumentJobs:
     def validate_staged(self, collection: str, staged: list[StagedFile]) -> None:
         """Load and chunk every staged file as the ingest will and check its id is free; raises
         UploadError naming the first file refused and why."""
-        root = uploads_root(self.settings, collection).resolve()
         registered, chunking = self._registered(collection), self.config_for().chunking
         for f in staged:
             try:
@@ -168,11 +173,17 @@ class DocumentJobs:
             except LoaderError as exc:
                 raise UploadError(f"{f.name}: {exc}") from None
             rec = registered.get(f.name)
-            if rec is not None and Path(rec).resolve() != root:
+            if rec is not None and not self._uploaded(collection, rec):
                 raise UploadError(
                     f"{f.name}: a document with this id was ingested from {rec} (not uploaded); rename the file",
                     409,
                 )
+
+    def _uploaded(self, collection: str, root: str) -> bool:
+        """Whether a document registered under `root` was uploaded (so an upload may replace it)."""
+        if root == shared_uploads.shared_upload_root(collection):
+            return True
+        return Path(root).resolve() == uploads_root(self.settings, collection).resolve()
 
     def _registered(self, collection: str) -> dict[str, str]:
         coll = Collection(collection, self.settings)
@@ -245,24 +256,28 @@ class DocumentJobs:
             error = failure_reason(exc)
             log.warning("document job %s (%s) failed: %s", job.job_id, job.kind, error[:300])
         status = "failed" if error is not None else "succeeded"
-        self._finish(job, status, result, error, progress.state())
+        if self._finish(job, status, result, error, progress.state()) and self.shared and job.kind == "ingest":
+            shared_uploads.forget(
+                self.settings, job.collection, job.job_id, self.staging_dir(job.collection, job.job_id)
+            )
         return status
 
     def _finish(
         self, job: _Job, status: str, result: dict[str, Any] | None, error: str | None, progress: dict[str, Any]
-    ) -> None:
+    ) -> bool:
         for delay in (*FINISH_RETRY_DELAYS_S, None):
             try:
                 row = self.store.document_jobs.finish(job.job_id, status, result=result, error=error, progress=progress)
             except Exception as exc:
                 if delay is None:  # stays `running`: the next start-up takes it up again
                     log.error("the outcome of document job %s (%s) was not recorded: %s", job.job_id, status, exc)
-                    return
+                    return False
                 time.sleep(delay)
                 continue
             if self.on_done is not None:
                 self.on_done(row)
-            return
+            return True
+        return False
 
     def _ingest(self, job: _Job, root: Path, progress: _Progress) -> dict[str, Any]:
         coll = Collection(job.collection, self.settings)
@@ -273,7 +288,19 @@ class DocumentJobs:
 
     def _ingest_upload(self, job: _Job, progress: _Progress) -> dict[str, Any]:
         """Move the staged files into place (keeping any version they replace aside) and ingest. Run
-        again after a restart, a file already moved into place counts as moved."""
+        again after a restart, a file already moved into place counts as moved. On a shared backend the
+        storage keeps the sources instead (`shared_uploads.ingest_staged`)."""
+        if self.shared:
+            stage = self.staging_dir(job.collection, job.job_id)
+            return shared_uploads.ingest_staged(
+                Collection(job.collection, self.settings),
+                stage,
+                job.files,
+                self.config_for(),
+                progress,
+                job_id=job.job_id,
+                interrupted=INTERRUPTED,
+            )
         root = uploads_root(self.settings, job.collection)
         stage = self.staging_dir(job.collection, job.job_id)
         backups = stage / ".replaced"
@@ -337,7 +364,7 @@ class DocumentJobs:
                 return {"collection": job.collection, "deleted": [rel], "note": "deleted before the restart"}
             if held.exists() and not target.exists():  # held aside by the interrupted run
                 shutil.move(str(held), target)
-            uploaded = Path(rec.root).resolve() == uploads_root(self.settings, job.collection).resolve()
+            uploaded = self._uploaded(job.collection, rec.root)
             if uploaded and target.exists():
                 trash.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(target), held)
