@@ -1,6 +1,14 @@
-"""Failure-classifier accuracy on injected failures (SQuAD 2.0 dev), with the oracle's latency.
+"""Failure-classifier accuracy on injected failures (SQuAD 2.0 dev, Python docs), with the oracle's latency.
 
     .venv/bin/python benchmarks/diagnosis_accuracy.py [--per-class 80] [--reuse]
+    .venv/bin/python benchmarks/diagnosis_accuracy.py --source pydocs --per-class 60
+
+`--source pydocs` runs the same steps on the Python 3.11 docs QA set derived by
+`ragloop.evaluation.pydocs` (every 8th library page; cloze questions from headed sections; dev =
+even pages, test = odd), collection `diag-pydocs`, and classifies with the *shipped* thresholds
+(`Thresholds()`, chosen on the SQuAD dev part): the classifier is not retuned on these items. A
+refit on the docs' own dev part is reported as a sensitivity row only. It writes
+benchmarks/results/diagnosis_accuracy_pydocs.{json,md}, with the SQuAD test part beside it.
 
 1. Ingests the SQuAD 2.0 dev paragraphs once into `benchmarks/.home` (collection `diag-squad2`,
    default pipeline: MiniLM int8, hybrid, chunks of 1,200 characters); a rerun embeds nothing.
@@ -26,15 +34,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import BENCH_HOME, machine, percentiles_ms, print_table, write_results
+from _common import BENCH_HOME, RESULTS_DIR, machine, percentiles_ms, print_table, write_results
 
 from ragloop.config import PipelineConfig, Settings
-from ragloop.evaluation.datasets import load_squad2
+from ragloop.evaluation.datasets import SquadDataset, load_squad2
+from ragloop.evaluation.pydocs import load_pydocs_qa
 from ragloop.improve.accuracy import SEARCH_START, class_scores, confusion, objective, predict, search_thresholds
 from ragloop.improve.diagnosis import Diagnoser
 from ragloop.improve.injection import InjectedCase, SquadInjector
 from ragloop.improve.oracle import OracleRetriever
-from ragloop.improve.types import DiagnosisInput, FailureMode
+from ragloop.improve.types import DiagnosisInput, FailureMode, Thresholds
 from ragloop.models.scoring import make_scorer
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
@@ -71,28 +80,37 @@ NOTES = """### How to read these numbers
 - Latency is the oracle alone (5 retrievals, scoring, split check) on a shared 2-core machine.
 """
 
-COLLECTION = "diag-squad2"
+PYDOCS_NOTES = """### How to read these numbers
+
+- TODO
+"""
+
 CACHE = BENCH_HOME / "diagnosis"
+LABEL = {"squad2": "SQuAD 2.0 dev", "pydocs": "Python 3.11 docs"}
 
 
-def base_collection(settings: Settings) -> tuple[Collection, float]:
-    ds = load_squad2()
-    corpus = BENCH_HOME / "corpora" / "squad2"
+def load_source(source: str) -> SquadDataset:
+    return load_squad2() if source == "squad2" else load_pydocs_qa()
+
+
+def base_collection(settings: Settings, source: str) -> tuple[Collection, float]:
+    ds = load_source(source)
+    corpus = BENCH_HOME / "corpora" / source
     ds.write_corpus(corpus)
-    coll = Collection(COLLECTION, settings)
+    name = f"diag-{source}"
+    coll = Collection(name, settings)
     start = time.perf_counter()
     summary = coll.ingest([corpus], PipelineConfig())
-    print(f"{COLLECTION}: {summary.chunks_total} chunks, {summary.chunks_embedded} embedded now", flush=True)
+    print(f"{name}: {summary.chunks_total} chunks, {summary.chunks_embedded} embedded now", flush=True)
     return coll, time.perf_counter() - start
 
 
 async def build_inputs(args: argparse.Namespace, settings: Settings) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    coll, ingest_s = base_collection(settings)
+    coll, ingest_s = base_collection(settings, args.source)
     embedder = Retriever(coll).embedder
     start = time.perf_counter()
-    injected = SquadInjector(
-        coll, load_squad2(), embedder, per_class=args.per_class, seed=args.seed, sigma=args.sigma
-    ).build()
+    ds = load_source(args.source)
+    injected = SquadInjector(coll, ds, embedder, per_class=args.per_class, seed=args.seed, sigma=args.sigma).build()
     inject_s = time.perf_counter() - start
     print(f"injected {len(injected.cases)} cases in {inject_s:.0f} s; dropped {injected.dropped}", flush=True)
     scorer = make_scorer(args.scorer, settings)
@@ -110,6 +128,9 @@ async def build_inputs(args: argparse.Namespace, settings: Settings) -> tuple[li
         "inject_seconds": round(inject_s, 1),
         "dropped_by_verification": injected.dropped,
         "chunks": {name: len(c.load().chunks) for name, c in injected.collections.items()},
+        "documents": len({c.doc_id for c in coll.load().chunks}),
+        "multi_chunk_documents": sum(n > 1 for n in Counter(c.doc_id for c in coll.load().chunks).values()),
+        "questions": len(ds.answerable()),
     }
     return rows, info
 
@@ -127,9 +148,9 @@ def _case_json(c: InjectedCase) -> dict[str, Any]:
 
 
 def _cache_path(args: argparse.Namespace) -> Path:
-    return CACHE / f"inputs-n{args.per_class}-s{args.seed}-sigma{args.sigma}-{args.scorer}-{args.judge}.jsonl".replace(
-        ":", "_"
-    )
+    prefix = "" if args.source == "squad2" else f"{args.source}-"
+    name = f"{prefix}inputs-n{args.per_class}-s{args.seed}-sigma{args.sigma}-{args.scorer}-{args.judge}.jsonl"
+    return CACHE / name.replace(":", "_")
 
 
 def score_rows(title: str, labels: list[FailureMode], preds: list[FailureMode]) -> tuple[list[dict[str, Any]], str]:
@@ -156,8 +177,32 @@ def confusion_md(title: str, labels: list[FailureMode], preds: list[FailureMode]
     return m, print_table(title, ["label \\ predicted", *short.values()], rows)
 
 
+def beside_squad(pydocs: list[dict[str, Any]]) -> str:
+    """The docs' test part next to the committed SQuAD test part (benchmarks/results/diagnosis_accuracy.json)."""
+    path = RESULTS_DIR / "diagnosis_accuracy.json"
+    squad = {c["mode"]: c for c in json.loads(path.read_text())["test"]["classes"]} if path.exists() else {}
+
+    def pr(c: dict[str, Any] | None, key: str) -> str:
+        if c is None:
+            return "-"
+        e = c[key]
+        return f"{e['value']:.3f} [{e['lo']:.3f}, {e['hi']:.3f}]"
+
+    rows = [
+        [c["mode"], pr(squad.get(c["mode"]), "precision"), pr(squad.get(c["mode"]), "recall"), c["n"],
+         pr(c, "precision"), pr(c, "recall")]
+        for c in pydocs
+    ]  # fmt: skip
+    return print_table(
+        "Test parts side by side (same shipped thresholds; SQuAD from benchmarks/results/diagnosis_accuracy.json)",
+        ["class", "SQuAD precision", "SQuAD recall", "docs n", "docs precision", "docs recall"],
+        rows,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", choices=sorted(LABEL), default="squad2", help="the injected collection")
     parser.add_argument("--per-class", type=int, default=80, help="cases per class and part before verification")
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--sigma", type=float, default=10.0, help="query-vector noise of the embedding injection")
@@ -181,18 +226,29 @@ def main() -> None:
         inputs, labels = parts[r["case"]["part"]]
         inputs.append(DiagnosisInput.model_validate(r["input"]))
         labels.append(FailureMode(r["case"]["label"]))
-    thresholds, trail = search_thresholds(*parts["dev"])
+    refit, trail = search_thresholds(*parts["dev"])
+    # the Python docs are classified with the shipped thresholds (fit on the SQuAD dev part): no retuning
+    thresholds = refit if args.source == "squad2" else Thresholds()
     kinds: dict[tuple[str, str], Counter[str]] = {}
     for r in rows:
         how = r["case"]["injection"]
         how = "answer swapped" if how.startswith("answer '") else how.split(" at ")[0].split(" sigma")[0]
         kinds.setdefault((r["case"]["label"], r["case"]["part"]), Counter())[how] += 1
+    source_flag = "" if args.source == "squad2" else f" --source {args.source}"
     md = [
-        "# Failure diagnosis on injected failures (SQuAD 2.0 dev)\n",
-        f"Command: `python benchmarks/diagnosis_accuracy.py --per-class {args.per_class} --seed {args.seed} "
-        f"--sigma {args.sigma} --scorer {args.scorer} --judge {args.judge}`  ",
-        f"Thresholds chosen on the dev part (even articles), reported on the test part (odd articles): "
-        f"`{thresholds.model_dump()}`\n",
+        f"# Failure diagnosis on injected failures ({LABEL[args.source]})\n",
+        f"Command: `python benchmarks/diagnosis_accuracy.py{source_flag}"
+        f" --per-class {args.per_class} --seed {args.seed} --sigma {args.sigma} --scorer {args.scorer}"
+        f" --judge {args.judge}`  ",
+        (
+            f"Thresholds chosen on the dev part (even articles), reported on the test part (odd articles): "
+            f"`{thresholds.model_dump()}`\n"
+            if args.source == "squad2"
+            else "Thresholds: the shipped defaults (`Thresholds()`, chosen on the SQuAD 2.0 dev part), not refit "
+            f"on these items: `{thresholds.model_dump()}`. Parts: dev = even pages, test = odd pages. "
+            f"Corpus: {info['documents']} section passages ({info['multi_chunk_documents']} span more than one "
+            f"chunk), {info.get('questions', '?')} generated questions.\n"
+        ),
     ]
     md.append(
         print_table(
@@ -219,6 +275,8 @@ def main() -> None:
         f"{info['dropped_by_verification']}\n"
     )
     out: dict[str, Any] = {"args": vars(args), "thresholds": thresholds.model_dump(), "info": info}
+    if args.source != "squad2":
+        out["refit_on_dev_not_shipped"] = refit.model_dump()
     for part in ("test", "dev"):
         inputs, labels = parts[part]
         preds = predict(inputs, thresholds)
@@ -251,6 +309,8 @@ def main() -> None:
         "oracle_relative 0 (absolute threshold only)": thresholds.model_copy(update={"oracle_relative": 0.0}),
         "seed-like start of the search": SEARCH_START,
     }
+    if args.source != "squad2":
+        variants["refit on this source's dev part (not shipped)"] = refit
     sens = []
     for name, t in variants.items():
         sc = class_scores(parts["test"][1], predict(parts["test"][0], t))
@@ -285,12 +345,14 @@ def main() -> None:
     out["search_trail"] = trail
     out["machine"] = machine()
     out["seconds"] = round(time.perf_counter() - started, 1)
-    md.append(NOTES)
+    if args.source != "squad2":
+        md.append(beside_squad(out["test"]["classes"]))
+    md.append(NOTES if args.source == "squad2" else PYDOCS_NOTES)
     md.append(
         f"Machine: {out['machine']}; wall time {out['seconds']} s "
         f"(inputs {'cached' if args.reuse else 'built'}; injection took {info['inject_seconds']} s)."
     )
-    write_results("diagnosis_accuracy", out, "\n".join(md))
+    write_results("diagnosis_accuracy" + ("" if args.source == "squad2" else f"_{args.source}"), out, "\n".join(md))
 
 
 if __name__ == "__main__":
