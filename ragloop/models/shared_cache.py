@@ -11,11 +11,12 @@ like the conversation memory's:
   (a text's vector is a function of the model and the text, so whoever writes first wins, and a
   second writer of the same row has nothing to add);
 - `embedding_slices`: work for `ragloop worker` processes. An ingest with distributed embedding on
-  cuts its missing texts (distinct, sorted by length) into slices of `slice_texts` and inserts
-  them; any process claims one (`FOR UPDATE SKIP LOCKED`, a lease in database time, so machines'
-  clocks do not matter), embeds it, and in ONE transaction writes its vectors and deletes the
-  slice. A worker that dies mid-slice holds an expiring lease; the slice is claimed again after
-  it. Completion needs no lease check: the vectors are the same whoever computes them.
+  cuts its missing texts (distinct, sorted by length) into ~32 slices of 16 to 128 texts
+  (`slice_size`) and inserts them; any process claims one, longest texts first
+  (`FOR UPDATE SKIP LOCKED`, a lease in database time, so machines' clocks do not matter), embeds
+  it, and in ONE transaction writes its vectors and deletes the slice. A worker that dies
+  mid-slice holds an expiring lease; the slice is claimed again after it. Completion needs no
+  lease check: the vectors are the same whoever computes them.
 
 The ingesting process runs its own slices too (an ingest never waits for workers that may not
 exist), and returns when none of its slices is left, assembling rows from the cache as the local
@@ -45,8 +46,18 @@ from ragloop.models.embedding import Embedder
 log = logging.getLogger("ragloop.models.shared_cache")
 
 SLICE_TEXTS = 128
-"""Texts per distributed slice: long enough that a claim's round trips are noise beside the model
-run (MiniLM: ~50-500 ms per slice on one core), short enough that 2 workers split a small ingest."""
+"""Most texts per distributed slice: a claim's round trips are noise beside the model run of 128."""
+MIN_SLICE_TEXTS = 16
+TARGET_SLICES = 32
+"""An ingest is cut into about this many slices (16 to 128 texts each): a small ingest still splits
+over several processes, and the long-text slices, claimed first, do not leave one process
+finishing alone (benchmarks/distributed_ingest.py: 5 slices of 128 kept 1 worker idle)."""
+
+
+def slice_size(missing: int, most: int = SLICE_TEXTS) -> int:
+    return max(min(MIN_SLICE_TEXTS, most), min(most, -(-missing // TARGET_SLICES)))
+
+
 LEASE_S = 120.0
 MAX_ATTEMPTS = 3
 _LOCK_KEY = int.from_bytes(hashlib.sha256(b"ragloop.embedding_cache").digest()[:8], "big", signed=True)
@@ -85,6 +96,8 @@ class SharedEmbeddingStore:
 
         self.url = normalize_url(url)
         self.engine: Engine = create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=4)
+        self.slices_run = 0
+        """Slices this process embedded and committed through this store (for benchmarks and logs)."""
         with self.engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
             for ddl in _DDL:
@@ -170,7 +183,8 @@ class SharedEmbeddingStore:
         only: Sequence[str] | None = None,
         models: Sequence[str] | None = None,
     ) -> Slice | None:
-        """Lease the oldest claimable slice (queued, or leased with an expired lease). `only`: the
+        """Lease a claimable slice (queued, or leased with an expired lease): the oldest ingest's, its
+        longest texts first (the longest-job-first rule keeps the last slices short). `only`: the
         caller's own slices, claimable whatever their attempts; otherwise at most MAX_ATTEMPTS claims."""
         where = ["(status='queued' OR (status='leased' AND lease_expires_at < now()))"]
         params: dict[str, object] = {"w": worker_id, "tok": uuid.uuid4().hex, "lease": lease_s}
@@ -187,7 +201,7 @@ class SharedEmbeddingStore:
             " lease_expires_at = now() + make_interval(secs => :lease), attempts = attempts + 1"
             " WHERE slice_id = (SELECT slice_id FROM embedding_slices WHERE "
             + " AND ".join(where)
-            + " ORDER BY created_at, position, slice_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+            + " ORDER BY created_at, position DESC, slice_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
             " RETURNING slice_id, model, max_tokens, items, lease_token"
         )
         with self.engine.begin() as conn:
@@ -224,6 +238,7 @@ class SharedEmbeddingStore:
             self.release(sl, f"{type(exc).__name__}: {exc}")
             raise
         self.store(sl.model, [h for h, _ in sl.items], vectors, done_slice=sl.slice_id)
+        self.slices_run += 1
 
 
 class SharedCachedEmbedder(CachedEmbedder):
@@ -238,6 +253,7 @@ class SharedCachedEmbedder(CachedEmbedder):
         distributed: bool = False,
         max_tokens: int = 256,
         slice_texts: int = SLICE_TEXTS,
+        # the most texts per slice; fewer when that gives under TARGET_SLICES slices (`slice_size`)
         lease_s: float = LEASE_S,
         poll_s: float = 0.1,
     ) -> None:
@@ -273,9 +289,10 @@ class SharedCachedEmbedder(CachedEmbedder):
         hashes, found, missing = self._split(texts)
         total = len(set(hashes))
         keys = sorted(missing, key=lambda h: len(missing[h]))
-        ids = self.shared.enqueue(self.name, self.max_tokens, [(h, missing[h]) for h in keys], self.slice_texts)
+        size = slice_size(len(keys), self.slice_texts)
+        ids = self.shared.enqueue(self.name, self.max_tokens, [(h, missing[h]) for h in keys], size)
         self.slices_total += len(ids)
-        sizes = {sid: min(self.slice_texts, len(keys) - i * self.slice_texts) for i, sid in enumerate(ids)}
+        sizes = {sid: min(size, len(keys) - i * size) for i, sid in enumerate(ids)}
         left = set(ids)
         while left:
             sl = self.shared.claim(self.worker_id, lease_s=self.lease_s, only=sorted(left))

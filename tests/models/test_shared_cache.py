@@ -25,7 +25,7 @@ from sqlalchemy.pool import NullPool
 
 from ragloop.config.settings import Settings
 from ragloop.models import CachedEmbedder, HashedEmbedder, make_embedder
-from ragloop.models.shared_cache import SharedCachedEmbedder, SharedEmbeddingStore
+from ragloop.models.shared_cache import SharedCachedEmbedder, SharedEmbeddingStore, slice_size
 from tests.store.conftest import DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, _ci, require_postgres
 
 pytestmark = pytest.mark.postgres
@@ -138,6 +138,7 @@ def test_distributed_ingest_with_no_worker_equals_the_local_path(pg_url: str) ->
     dist = SharedCachedEmbedder(inner, pg_url, distributed=True, slice_texts=16)
     got = dist.embed_many(texts, lambda done, total: seen.append((done, total)))
     assert dist.slices_total == dist.slices_here == 7 and seen[-1] == (98, 98)
+    assert [slice_size(n) for n in (10, 1000, 100_000)] == [16, 32, 128]  # ~32 slices, 16 to 128 texts
     cos = (got * local).sum(axis=1)
     live = np.linalg.norm(local, axis=1) > 0
     assert float(cos[live].min()) >= 0.9999 and not got[~live].any()
