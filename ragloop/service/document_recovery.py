@@ -5,7 +5,10 @@ At start-up the service takes up the jobs it (its `owner`: host name + `RAGLOOP_
 wait for the queue:
 
 - an upload runs again when every file is still staged, or, for the job that was running, already
-  moved into place (the incremental ingest makes a repeated run harmless);
+  moved into place (the incremental ingest makes a repeated run harmless); on a shared collection
+  backend the files stay staged until the outcome is recorded, and a job whose ingest committed
+  finds its marker and succeeds without ingesting again (`ragloop.service.shared_uploads`), so
+  a document deleted meanwhile on another instance is not brought back;
 - a deletion runs again; if the index no longer has the document, the interrupted run got that far
   and the job succeeds;
 - anything else is marked failed, "interrupted by a restart; upload again", after putting back any

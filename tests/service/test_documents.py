@@ -33,6 +33,7 @@ def staging_empty(collection: str) -> bool:
     return not stage.exists() or not any(stage.rglob("*.*"))
 
 
+@pytest.mark.usefixtures("kb_backend")  # uploads are kept by the storage on PostgreSQL
 async def test_upload_ingest_query_delete(collection: Collection, store: Store) -> None:
     keys = make_keys(store)
     async with running(build_app(store)) as c:
@@ -77,6 +78,7 @@ async def test_upload_ingest_query_delete(collection: Collection, store: Store) 
         assert set(collection.registry.files()) == {"tower.md", "ferry.md", "guide/trams.md"}
 
 
+@pytest.mark.usefixtures("kb_backend")  # uploads are kept by the storage on PostgreSQL
 async def test_upload_into_a_new_collection(store: Store) -> None:
     keys = make_keys(store)
     async with running(build_app(store)) as c:
@@ -154,6 +156,7 @@ async def test_upload_limits(collection: Collection, store: Store) -> None:
     assert staging_empty("default")
 
 
+@pytest.mark.usefixtures("kb_backend")  # uploads are kept by the storage on PostgreSQL
 def test_deleting_the_last_upload_empties_the_uploads(store: Store) -> None:
     """The service re-ingests its upload root; a root with nothing left still ingests cleanly."""
     from ragloop.service.documents import DocumentJobs, StagedFile
