@@ -192,6 +192,47 @@ def runner_scorer(
     return score
 
 
+def sample_items(items: Sequence[EvalItem], n: int | None, key: str) -> list[EvalItem]:
+    """A fixed random sample of `n` items in their order (all when `n` is None or larger): the
+    search's traffic slice spans every traffic article, where the first `n` would be one or two."""
+    if n is None or n >= len(items):
+        return list(items)
+    import random
+
+    return [items[i] for i in sorted(random.Random(key).sample(range(len(items)), n))]
+
+
+def sim_heldout(dataset: str, path: str | Path | None = None) -> list[EvalItem]:
+    """The simulation's held-out items in its order (`simulation.data`), the list its sample is drawn from."""
+    from ragloop.improve.simulation.data import load_mtrag_sim, load_squad_sim
+
+    return (load_squad_sim(path) if dataset == "squad" else load_mtrag_sim(path)).heldout
+
+
+def loop_config(results: Path, arm: str, searched: OptimumResult) -> PipelineConfig:
+    """The config the arm of a simulation results JSON served at its last measurement. The JSON
+    keeps version ids, not configs; a version id is the config's content hash, so the config is
+    found among those the search built (the start and every trial) or it is an error."""
+    import json
+
+    doc = json.loads(results.read_text(encoding="utf-8"))
+    arms = {a["label"]: a for a in doc.get("arms", [])}
+    if arm not in arms:
+        raise LookupError(f"no arm {arm!r} in {results} (arms: {', '.join(arms)})")
+    served = arms[arm]["measurements"][-1]["versions"]
+    if len(served) != 1:
+        raise ValueError(f"{arm} served {len(served)} versions at its last measurement (an experiment ran)")
+    version = next(iter(served))
+    known = {searched.start.version_id: searched.start, searched.best.version_id: searched.best}
+    for t in searched.trials:
+        if t.version_id not in known:
+            stage_cfg = apply(searched.start, {tuple(k.split(".")): v for k, v in t.settings.items()})
+            known[stage_cfg.version_id] = stage_cfg
+    if version not in known:
+        raise LookupError(f"{arm}'s final version {version} is neither the start nor a searched config")
+    return known[version]
+
+
 def split_items(items: Sequence[EvalItem]) -> tuple[list[EvalItem], list[EvalItem]]:
     """(traffic, held-out test), by the simulation's split (`simulation.split.item_group`)."""
     parts = split(items, item_group)

@@ -10,6 +10,9 @@ it needs were not run.
 2. From the degraded start: (final - day 0) / (defaults' day 0 - degraded day 0) >= 0.5.
 3. Adversarial feedback (50% flipped): no measured day's accuracy more than 2 points below day 0,
    with what the loop attempted (audit) and what stopped it (halted / rejected / reverted).
+4. Against the offline optimum (`ragloop improve optimum`): the loop's final held-out accuracy as a
+   fraction of the searched config's, on the same held-out items, with a paired bootstrap 95% CI
+   of the ratio. The issue sets no threshold, so it is reported, not judged (`met` is None).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ragloop.evaluation.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from ragloop.improve.simulation.measure import LOWER_IS_BETTER, paired
 from ragloop.improve.simulation.run import ArmResult
 
@@ -107,6 +113,42 @@ def outcome_3(arm: ArmResult) -> dict[str, Any]:
         "stopped": {k: dict(v) for k, v in stopped.items()},
         "met": worst is None or worst[1] >= -DROP,
     }
+
+
+def outcome_4(
+    dataset: str,
+    loop: dict[str, float],
+    optimum: dict[str, float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, Any]:
+    """mean(loop) / mean(optimum) over the held-out items both scored (item id -> 0/1 accuracy),
+    with a percentile 95% CI from resampling those items jointly (the pairing keeps the two
+    configs' shared easy and hard items together, so the interval is narrower than two
+    independent ones would make it)."""
+    ids = sorted(set(loop) & set(optimum))
+    a = np.array([loop[i] for i in ids], dtype=float)
+    b = np.array([optimum[i] for i in ids], dtype=float)
+    out: dict[str, Any] = {"dataset": dataset, "n": len(ids), "met": None}
+    if not ids or b.sum() == 0:
+        return out | {"loop": None, "optimum": None, "fraction": None, "ci95": None, "summary": "–"}
+    idx = np.random.default_rng(seed).integers(0, len(ids), size=(resamples, len(ids)))
+    num, den = a[idx].sum(1), b[idx].sum(1)
+    ratios = num[den > 0] / den[den > 0]
+    lo, hi = (float(x) for x in np.quantile(ratios, [0.025, 0.975]))
+    frac = float(a.sum() / b.sum())
+    out |= {
+        "loop": float(a.mean()),
+        "optimum": float(b.mean()),
+        "fraction": round(frac, 4),
+        "ci95": [round(lo, 4), round(hi, 4)],
+    }
+    out["summary"] = (
+        f"loop final {100 * a.mean():.1f}% / optimum {100 * b.mean():.1f}% = {frac:.3f} "
+        f"[{lo:.3f}, {hi:.3f}] (paired bootstrap, n={len(ids)})"
+    )
+    return out
 
 
 def outcomes(arms: Sequence[ArmResult]) -> dict[str, Any]:

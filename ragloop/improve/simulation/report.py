@@ -190,3 +190,25 @@ def _atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def write_outcome_4(json_path: Path, o4: dict[str, Any]) -> None:
+    """Outcome 4 into finished results (it is measured after the simulation, by `ragloop improve
+    optimum`): the JSON's `outcomes["4"]` and the Markdown's outcome row (replaced or inserted
+    before row 5), leaving every other number of the run as it was."""
+    doc = json.loads(json_path.read_text(encoding="utf-8"))
+    doc.setdefault("outcomes", {})["4"] = o4
+    json_path.write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
+    md_path = json_path.with_suffix(".md")
+    if not md_path.exists():
+        return
+    row = outcomes_table({"4": o4})[-1]
+    lines = md_path.read_text(encoding="utf-8").split("\n")
+    # only the outcomes table: the arms' day tables below have rows "| 4 |" and "| 5 |" too
+    start = lines.index("## Outcomes") if "## Outcomes" in lines else 0
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    section = [ln for ln in lines[start:end] if not ln.startswith("| 4 |")]
+    rows = [i for i, ln in enumerate(section) if ln.startswith("| ") and ln[2:3].isdigit()]
+    at = next((i for i in rows if section[i].startswith("| 5 |")), rows[-1] + 1 if rows else len(section))
+    section.insert(at, row)
+    md_path.write_text("\n".join(lines[:start] + section + lines[end:]), encoding="utf-8")
