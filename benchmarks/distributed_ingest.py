@@ -138,6 +138,7 @@ def run(label: str, workers: int | None, docs: Path, tmp: Path, config: Pipeline
         "slices_workers": by_workers,
         "chunks": summary.chunks_total,
         "load_average_1min_before": round(load_before, 2),
+        "load_average_1min_after": round(os.getloadavg()[0], 2),
         "_vectors": vectors,
     }
 
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 "+".join(map(str, r["slices_workers"])) or "-",  # type: ignore[call-overload]
                 f"{r['min_cosine_vs_local']:.6f}" if "min_cosine_vs_local" in r else "-",
                 r["load_average_1min_before"],
+                r["load_average_1min_after"],
             ]
         )
     cmd = "nice -n 15 .venv/bin/python benchmarks/distributed_ingest.py" + (
@@ -202,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             "slices: workers",
             "min cosine vs local",
             "load 1 min before",
+            "load 1 min after",
         ],
         rows,
         2,
@@ -209,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     md += (
         f"\n{os.cpu_count()} CPUs: the ingester plus 1 worker fill 2 cores, so on a 2-core machine 1 worker "
         "is the ceiling (at most ~2x); 2 workers oversubscribe. More machines add their cores to the same "
-        "slice queue. Wall times on a shared machine move with its load (last column).\n"
+        "slice queue. Wall times on a shared machine move with its load (last columns; other helpers' "
+        "work): the CPU split and the slice split are the load-independent part.\n"
     )
     write_results("distributed_ingest", {"chars": chars, "runs": runs, "machine": machine(), "command": cmd}, md)
     return 0
