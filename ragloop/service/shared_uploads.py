@@ -60,42 +60,31 @@ def ingest_staged(
     """Ingest the staged `files` of job `job_id` into `coll` (see the module docstring); files the
     ingest skips are listed in `rejected`, all of them skipped is an UploadError. Closes `coll`."""
     try:
-        return _ingest(coll, stage, files, config, progress, job_id, interrupted)
+        marker = job_marker(job_id)
+        if coll.exists() and coll.registry.get_state(marker):
+            return {"collection": coll.name, "generation": coll.generation(), "note": "ingested before the restart"}
+        for name in files:
+            if not (stage / name).is_file():
+                raise UploadError(f"{name}: the staged file is gone; {interrupted}")
+        sources = {name: (stage / name).read_bytes() for name in files}
+        summary: dict[str, Any] = coll.ingest(
+            [stage / name for name in files],
+            config,
+            progress,
+            root=shared_upload_root(coll.name),
+            sources=sources,
+            marker=marker,
+        ).to_json()
+        skipped = {s["path"]: s["reason"] for s in summary.get("skipped", [])}
+        bad = [n for n in files if n in skipped]
+        if bad and len(bad) == len(files):
+            raise UploadError("; ".join(f"{n}: {skipped[n]}" for n in bad))
+        if bad:
+            summary["rejected"] = [{"document": n, "reason": skipped[n]} for n in bad]
+        return summary
+
     finally:
         coll.close()
-
-
-def _ingest(
-    coll: Collection,
-    stage: Path,
-    files: tuple[str, ...],
-    config: PipelineConfig,
-    progress: Progress,
-    job_id: str,
-    interrupted: str,
-) -> dict[str, Any]:
-    marker = job_marker(job_id)
-    if coll.exists() and coll.registry.get_state(marker):
-        return {"collection": coll.name, "generation": coll.generation(), "note": "ingested before the restart"}
-    for name in files:
-        if not (stage / name).is_file():
-            raise UploadError(f"{name}: the staged file is gone; {interrupted}")
-    sources = {name: (stage / name).read_bytes() for name in files}
-    summary: dict[str, Any] = coll.ingest(
-        [stage / name for name in files],
-        config,
-        progress,
-        root=shared_upload_root(coll.name),
-        sources=sources,
-        marker=marker,
-    ).to_json()
-    skipped = {s["path"]: s["reason"] for s in summary.get("skipped", [])}
-    bad = [n for n in files if n in skipped]
-    if bad and len(bad) == len(files):
-        raise UploadError("; ".join(f"{n}: {skipped[n]}" for n in bad))
-    if bad:
-        summary["rejected"] = [{"document": n, "reason": skipped[n]} for n in bad]
-    return summary
 
 
 def forget(settings: Settings, collection: str, job_id: str, stage: Path) -> None:
