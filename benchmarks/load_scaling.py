@@ -1,12 +1,14 @@
 """Scale-out: the MTRAG-UN load replay against 1 and 2 `ragloop serve` processes and 1, 2 and 4
 `ragloop worker` processes on one PostgreSQL database and one Redis (127.0.0.1 only).
 
-    .venv/bin/python benchmarks/load_scaling.py [--quick] [--pipeline default|hashed] [--servers 1,2]
-        [--workers 1,2,4] [--users 8] [--duration 30] [--pg-admin-url URL] [--redis-url redis://127.0.0.1:6379/11]
+    .venv/bin/python benchmarks/load_scaling.py [--quick] [--pipeline default|hashed] [--shared-kb]
+        [--servers 1,2] [--workers 1,2,4] [--users 8] [--duration 30] [--warmup 5] [--pg-admin-url URL]
+        [--database ragloop_scaling] [--kb-database ragloop_scaling_kb] [--home-root DIR]
+        [--redis-url redis://127.0.0.1:6379/11]
 
 For every (servers, workers) pair, from scratch:
 
-1. A fresh PostgreSQL database (`ragloop_scaling`, dropped and created) and the Redis database
+1. A fresh PostgreSQL database (`--database`, dropped and created) and the Redis database
    given by `--redis-url` emptied (the benchmark owns it: tier-1 features, rate limits and
    assignments cached by one run must not help the next).
 2. The servers start with `--no-worker`, each with its own `RAGLOOP_HOME` holding the MTRAG-UN
@@ -16,13 +18,22 @@ For every (servers, workers) pair, from scratch:
    benchmarks' shared one). `--pipeline hashed`: the same graph with the hashed test embedder and
    lexical scorers and judge, no neural model anywhere, so what is measured is the fleet itself
    (HTTP, graph, PostgreSQL writes, the queue, Redis), not MiniLM's CPU.
+   `--shared-kb` (the deployment the README describes): ONE collection in PostgreSQL
+   (`RAGLOOP_COLLECTIONS_URL` = the `--kb-database`, kept across pairs and runs), ingested once
+   before the pairs, every server and worker reading it, and the embedding cache in the same
+   database (`RAGLOOP_EMBEDDING_CACHE_URL`), so a rerun embeds nothing and the passage vectors the
+   scorers read are there for every process; each process still has its own empty `RAGLOOP_HOME`
+   under `--home-root`.
 3. A short warm-up per server (models load, caches fill), then `--users` simulated users, spread
    round-robin over the servers, each replaying MTRAG-UN conversations turn by turn in one session
    (`POST /v1/query`), closed loop, for `--duration` seconds.
 4. Reported: answers/s, p50/p99 latency, errors, the evaluation lag (age of the oldest unfinished
    tier-1/tier-2 job, sampled every second from `/metrics`), seconds to drain the queue after the
    load, and the audit of the database: every answer a user received is stored with exactly one
-   tier-1 evaluation ("lost" and "duplicate tier-1" must be 0).
+   tier-1 evaluation ("lost" and "duplicate tier-1" must be 0). Per pair also: the load average
+   before and after the load phase, and the CPU seconds the servers and the workers used per answer
+   during it (the figure a shared machine distorts least: wall time waits for the CPU, CPU time
+   mostly does not).
 
 `--quick` (the hashed pipeline, 4 users, 12 s per pair) finishes in a few minutes on a loaded two-core
 machine; its numbers are the quick size's, not the full run's. Writes `benchmarks/results/load_scaling.{json,md}`
@@ -36,6 +47,7 @@ import asyncio
 import itertools
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +56,7 @@ from typing import Any
 import httpx
 import numpy as np
 from _common import BENCH_HOME, machine, print_table, write_results
+from _scaling_db import audit, connections, cpu_seconds, drain, ensure_database, fresh_state
 from load import RAGLOOP, Level, free_port, sample_metrics, stop, user
 
 from ragloop.config import PipelineConfig, Settings
@@ -51,7 +64,6 @@ from ragloop.evaluation.datasets import MtragTask, load_mtrag
 from ragloop.retrieval.collection import Collection
 
 SCALING_HOME = BENCH_HOME / "scaling"
-DATABASE = "ragloop_scaling"
 DESCRIBE = {
     "default": "offline: MiniLM + BM25 hybrid, extractive answers, embedding scorers and judge",
     "hashed": "the offline graph with the hashed test embedder, lexical scorers and judge: no neural model",
@@ -70,6 +82,9 @@ HEADERS = [
     "lost",
     "dup tier-1",
     "PG conns",
+    "server CPU ms/answer",
+    "worker CPU ms/answer",
+    "load avg before/after",
 ]
 
 
@@ -80,12 +95,35 @@ class Fleet:
     bases: list[str]
 
 
-PIPELINE = ["default"]
-"""The pipeline this run uses (set by main): each has its own homes, so neither re-ingests for the other."""
+HOMES = [SCALING_HOME / "default"]
+"""Where this run's homes live (set by main): each pipeline has its own, so neither re-ingests for the
+other; with `--shared-kb` they hold no collection at all."""
 
 
 def home(i: int) -> Path:
-    return SCALING_HOME / PIPELINE[0] / f"home-{i}"
+    return HOMES[0] / f"home-{i}"
+
+
+def prepare_shared(kb_url: str, config: PipelineConfig) -> dict[str, Any]:
+    """The corpus ingested ONCE into the shared collection (incremental: a rerun compares hashes)."""
+    ds = load_mtrag()
+    corpus = BENCH_HOME / "corpora" / "mtrag-un"
+    ds.write_corpus(corpus)
+    ingester = HOMES[0] / "ingest"
+    ingester.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    coll = Collection("default", Settings(home=ingester, collections_url=kb_url, embedding_cache_url=kb_url))
+    summary = coll.ingest([corpus], config)
+    coll.close()
+    secs = time.perf_counter() - t0
+    print(f"shared collection: {summary.chunks_total} chunks ({summary.chunks_embedded} embedded now) in {secs:.1f} s")
+    return {
+        "passages": len(ds.passages),
+        "chunks": summary.chunks_total,
+        "tasks": len(ds.tasks),
+        "ingest_s": round(secs, 1),
+        "chunks_embedded_now": summary.chunks_embedded,
+    }
 
 
 def prepare(n_homes: int, config: PipelineConfig) -> dict[str, Any]:
@@ -109,24 +147,6 @@ def prepare(n_homes: int, config: PipelineConfig) -> dict[str, Any]:
     return {"passages": len(ds.passages), "chunks": chunks, "tasks": len(ds.tasks)}
 
 
-def fresh_state(admin_url: str, redis_url: str) -> str:
-    """Drop and create the database, empty the Redis db; returns the database URL."""
-    import redis
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)'))
-            conn.execute(text(f'CREATE DATABASE "{DATABASE}"'))
-    finally:
-        engine.dispose()
-    with redis.Redis.from_url(redis_url) as r:
-        r.flushdb()
-    return make_url(admin_url).set(database=DATABASE).render_as_string(hide_password=False)
-
-
 HASHED = PipelineConfig().with_overrides(
     retrieval={"dense": {"embedder": "test:hashed"}},
     agent={"scorers": {"grade": "lexical", "refine": "lexical", "support": "lexical"}},
@@ -147,9 +167,14 @@ def env(h: Path, url: str, redis_url: str, extra: dict[str, str]) -> dict[str, s
     )
 
 
-def launch(n_servers: int, n_workers: int, url: str, redis_url: str, logs: Path, config_file: Path | None) -> Fleet:
+def launch(
+    n_servers: int, n_workers: int, url: str, args: argparse.Namespace, logs: Path, config_file: Path | None
+) -> Fleet:
     logs.mkdir(parents=True, exist_ok=True)
-    extra = LEXICAL if config_file is not None else {}
+    redis_url = args.redis_url
+    extra = dict(LEXICAL) if config_file is not None else {}
+    if args.shared_kb:  # the one collection and embedding cache, for servers and workers alike
+        extra |= {"RAGLOOP_COLLECTIONS_URL": args.kb_url, "RAGLOOP_EMBEDDING_CACHE_URL": args.kb_url}
 
     def start(cmd: list[str], name: str, h: Path) -> subprocess.Popen[bytes]:
         with (logs / f"{name}.log").open("w") as fh:
@@ -174,7 +199,8 @@ def launch(n_servers: int, n_workers: int, url: str, redis_url: str, logs: Path,
             cmd += ["--config", str(config_file)]
         servers.append(start(cmd, f"serve{i}", home(i)))
     workers = [
-        start([str(RAGLOOP), "worker", "--log-level", "warning"], f"worker{i}", home(0)) for i in range(n_workers)
+        start([str(RAGLOOP), "worker", "--log-level", "warning"], f"worker{i}", worker_home(i, args.shared_kb))
+        for i in range(n_workers)
     ]
     fleet = Fleet(servers, workers, bases)
     t0 = time.monotonic()
@@ -194,6 +220,15 @@ def launch(n_servers: int, n_workers: int, url: str, redis_url: str, logs: Path,
         raise SystemExit(f"servers not ready within 300 s (logs: {logs})")
     print(f"  {n_servers} server(s) + {n_workers} worker(s) ready in {time.monotonic() - t0:.1f} s", flush=True)
     return fleet
+
+
+def worker_home(i: int, shared_kb: bool) -> Path:
+    """Per-home collections: the workers read server 0's. Shared: each worker its own empty home."""
+    if not shared_kb:
+        return home(0)
+    h = HOMES[0] / f"worker-home-{i}"
+    h.mkdir(parents=True, exist_ok=True)
+    return h
 
 
 async def replay(bases: list[str], key: str, admin_key: str, tasks: list[MtragTask], users: int, secs: float) -> Level:
@@ -220,74 +255,41 @@ async def replay(bases: list[str], key: str, admin_key: str, tasks: list[MtragTa
     return level
 
 
-def connections(admin_url: str) -> int:
-    """PostgreSQL connections the fleet holds on its database (pools keep them open between requests)."""
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(admin_url)
-    try:
-        with engine.connect() as conn:
-            q = text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d")
-            return int(conn.execute(q, {"d": DATABASE}).scalar_one())
-    finally:
-        engine.dispose()
-
-
-def drain(url: str, timeout: float) -> float:
-    from ragloop.store import Store
-
-    t0 = time.monotonic()
-    with Store.open(url, migrate=False) as store:
-        while time.monotonic() - t0 < timeout:
-            tiers = store.queue.stats().by_tier
-            if all(tiers.get(t, {}).get(s, 0) == 0 for t in ("heuristic", "llm_judge") for s in ("queued", "leased")):
-                break
-            time.sleep(0.5)
-    return time.monotonic() - t0
-
-
-def audit(url: str, served: list[str]) -> dict[str, int]:
-    from sqlalchemy import select
-
-    from ragloop.store import Answer, Evaluation, Store
-
-    with Store.open(url, migrate=False) as store, store.db.transaction(write=False) as s:
-        stored = set(s.scalars(select(Answer.answer_id)))
-        tier1 = list(s.scalars(select(Evaluation.answer_id).where(Evaluation.evaluation_tier == "heuristic")))
-        counts = store.queue.stats().counts
-    per: dict[str, int] = {}
-    for a in tier1:
-        per[a] = per.get(a, 0) + 1
-    return {
-        "served": len(served),
-        "stored": len(stored),
-        "lost_answers": sum(a not in stored for a in served),
-        "lost_tier1": sum(per.get(a, 0) == 0 for a in served),
-        "duplicate_tier1": sum(n > 1 for n in per.values()),
-        "dead_letters": int(counts.get("dead", 0)),
-    }
+def p99_ci_ms(lat_ms: np.ndarray) -> list[float]:
+    """95% distribution-free CI of the p99: order statistics at n*q -/+ 1.96*sqrt(n*q*(1-q))."""
+    n = len(lat_ms)
+    srt = np.sort(lat_ms)
+    half = 1.96 * np.sqrt(n * 0.99 * 0.01)
+    lo, hi = int(np.floor(n * 0.99 - half)), int(np.ceil(n * 0.99 + half))
+    return [round(float(srt[max(0, lo - 1)]), 1), round(float(srt[min(n - 1, hi - 1)]), 1)]
 
 
 def run_pair(args: argparse.Namespace, n_servers: int, n_workers: int, tasks: list[MtragTask]) -> dict[str, Any]:
     from ragloop.store import Store
 
-    url = fresh_state(args.pg_admin_url, args.redis_url)
+    url = fresh_state(args.pg_admin_url, args.database, args.redis_url)
     with Store.open(url) as store:  # migrated here, before the fleet races for it
         key = store.api_keys.create_api_key("user", name="scaling", rate_limit_per_minute=1_000_000).key
         admin_key = store.api_keys.create_api_key("admin", name="scaling-admin", rate_limit_per_minute=1_000_000).key
-    logs = SCALING_HOME / "logs" / f"s{n_servers}-w{n_workers}"
-    fleet = launch(n_servers, n_workers, url, args.redis_url, logs, args.config_file)
+    logs = HOMES[0] / "logs" / f"s{n_servers}-w{n_workers}"
+    fleet = launch(n_servers, n_workers, url, args, logs, args.config_file)
     served: list[str] = []
     try:
         warm = asyncio.run(replay(fleet.bases, key, admin_key, tasks[-8:], n_servers, args.warmup))
         served += warm.answer_ids
-        drain(url, 60.0)
+        drain(url, 120.0)
+        load_before = [round(x, 2) for x in os.getloadavg()]
+        cpu0 = [cpu_seconds(p.pid) for p in fleet.servers], [cpu_seconds(p.pid) for p in fleet.workers]
         level = asyncio.run(replay(fleet.bases, key, admin_key, tasks, args.users, args.duration))
+        drained = drain(url, args.drain_timeout)  # the workers' CPU for this load includes its drain
+        cpu1 = [cpu_seconds(p.pid) for p in fleet.servers], [cpu_seconds(p.pid) for p in fleet.workers]
+        load_after = [round(x, 2) for x in os.getloadavg()]
         served += level.answer_ids
-        held = connections(args.pg_admin_url)
-        drained = drain(url, args.drain_timeout)
+        held = connections(args.pg_admin_url, [args.database] + ([args.kb_database] if args.shared_kb else []))
     finally:
         codes = [stop(p) for p in fleet.servers + fleet.workers]
+    n_ok = max(1, len(level.latencies))
+    server_cpu, worker_cpu = (sum(b) - sum(a) for a, b in zip(cpu0, cpu1, strict=True))
     lat = np.asarray(level.latencies or [0.0]) * 1000
     n_err = sum(level.errors.values())
     row = {
@@ -298,6 +300,7 @@ def run_pair(args: argparse.Namespace, n_servers: int, n_workers: int, tasks: li
         "answers_per_s": round(len(level.latencies) / level.seconds, 2) if level.seconds else 0.0,
         "p50_ms": round(float(np.percentile(lat, 50)), 1),
         "p99_ms": round(float(np.percentile(lat, 99)), 1),
+        "p99_ci95_ms": p99_ci_ms(lat),
         "error_rate": round(n_err / max(1, n_err + len(level.latencies)), 4),
         "errors": dict(level.errors),
         "eval_lag_max_s": round(max(level.lag, default=0.0), 2),
@@ -305,12 +308,17 @@ def run_pair(args: argparse.Namespace, n_servers: int, n_workers: int, tasks: li
         "queue_depth_max": int(max(level.depth, default=0)),
         "drain_s": round(drained, 1),
         "pg_connections": held,
+        "server_cpu_ms_per_answer": round(1000 * server_cpu / n_ok, 1),
+        "worker_cpu_ms_per_answer": round(1000 * worker_cpu / n_ok, 1),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
         "exit_codes": codes,
         **audit(url, served),
     }
     print(
         f"  {row['answers_per_s']} answers/s, p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
-        f"lag max {row['eval_lag_max_s']} s, drain {row['drain_s']} s, lost {row['lost_answers'] + row['lost_tier1']}",
+        f"lag max {row['eval_lag_max_s']} s, drain {row['drain_s']} s, lost {row['lost_answers'] + row['lost_tier1']}, "
+        f"dup {row['duplicate_tier1']}, load {load_before[0]} -> {load_after[0]}",
         flush=True,
     )
     return row
@@ -320,6 +328,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 users, 12 s per pair (a few minutes in all)")
     parser.add_argument("--pipeline", choices=("default", "hashed"), default=None, help="default: hashed with --quick")
+    parser.add_argument(
+        "--shared-kb", action="store_true", help="one collection + embedding cache in --kb-database for every process"
+    )
     parser.add_argument("--servers", default="1,2")
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--users", type=int, default=8)
@@ -327,12 +338,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--drain-timeout", type=float, default=180.0)
     parser.add_argument("--pg-admin-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--database", default="ragloop_scaling", help="the service database, recreated per pair")
+    parser.add_argument("--kb-database", default="ragloop_scaling_kb", help="--shared-kb: kept across pairs and runs")
+    parser.add_argument("--home-root", type=Path, default=None, help=f"the processes' homes (default {SCALING_HOME})")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/11", help="a Redis db the benchmark owns")
     args = parser.parse_args()
     if args.quick:
         args.users, args.duration, args.warmup = 4, 12.0, 3.0
     args.pipeline = args.pipeline or ("hashed" if args.quick else "default")
-    PIPELINE[0] = args.pipeline
+    HOMES[0] = (args.home_root or SCALING_HOME) / (f"{args.pipeline}-shared" if args.shared_kb else args.pipeline)
     server_counts = [int(x) for x in args.servers.split(",") if x.strip()]
     worker_counts = [int(x) for x in args.workers.split(",") if x.strip()]
     config = HASHED if args.pipeline == "hashed" else PipelineConfig()
@@ -343,7 +357,13 @@ def main() -> None:
         SCALING_HOME.mkdir(parents=True, exist_ok=True)
         args.config_file = SCALING_HOME / "hashed.yaml"
         args.config_file.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True)))
-    corpus = prepare(max(server_counts), config)
+    if args.shared_kb:
+        args.kb_url = ensure_database(args.pg_admin_url, args.kb_database)
+        corpus = prepare_shared(args.kb_url, config)
+        for i in range(max(server_counts)):
+            home(i).mkdir(parents=True, exist_ok=True)
+    else:
+        corpus = prepare(max(server_counts), config)
     tasks = sorted(load_mtrag().tasks, key=lambda t: (len(t.user_turns()), t.task_id))
     tasks = tasks[::2] + tasks[1::2][::-1]  # interleave conversation lengths
     rows = []
@@ -355,10 +375,20 @@ def main() -> None:
     md = [
         f"# Scale-out: MTRAG-UN load replay on PostgreSQL + Redis ({size} size)\n",
         f"Pipeline `{config.version_id}` ({DESCRIBE[args.pipeline]}), "
-        f"{corpus['passages']} passages / {corpus['chunks']} chunks in each server's home; "
+        f"{corpus['passages']} passages / {corpus['chunks']} chunks "
+        + (
+            f"in ONE collection on PostgreSQL (`RAGLOOP_COLLECTIONS_URL`, database `{args.kb_database}`, with the "
+            f"embedding cache), ingested once ({corpus['ingest_s']} s, {corpus['chunks_embedded_now']} chunks "
+            "embedded then), every server and worker reading it; "
+            if args.shared_kb
+            else "in each server's home; "
+        )
+        + f"Redis `{args.redis_url}`; "
         f"{args.users} closed-loop users spread over the servers, {args.duration:.0f} s per pair after a "
         f"{args.warmup:.0f} s warm-up; a fresh database and Redis db per pair. Machine: {os.cpu_count()} CPUs, "
-        f"load average at the end {machine()['load_average_1_5_15']} (shared: other jobs ran alongside).\n",
+        f"load average at the end {machine()['load_average_1_5_15']} (shared: other jobs ran alongside; "
+        "the per-pair load averages are in the last column).\n",
+        f"Command: `{' '.join(['.venv/bin/python', 'benchmarks/load_scaling.py', *sys.argv[1:]])}`\n",
         print_table(
             "Throughput, latency, evaluation lag, durability per (servers, workers)",
             HEADERS,
@@ -377,19 +407,24 @@ def main() -> None:
                     r["lost_answers"] + r["lost_tier1"],
                     r["duplicate_tier1"],
                     r["pg_connections"],
+                    r["server_cpu_ms_per_answer"],
+                    r["worker_cpu_ms_per_answer"],
+                    f"{r['load_average_before'][0]} / {r['load_average_after'][0]}",
                 ]
                 for r in rows
             ],
         ),
     ]
     write_results(
-        "load_scaling_quick" if args.quick else "load_scaling",
+        "load_scaling_quick" if args.quick else ("load_scaling" if args.shared_kb else "load_scaling_per_home"),
         {
             "machine": machine(),
             "size": size,
             "config": {
                 "pipeline": args.pipeline,
                 "pipeline_version": config.version_id,
+                "shared_kb": args.shared_kb,
+                "command": " ".join(["benchmarks/load_scaling.py", *sys.argv[1:]]),
                 "users": args.users,
                 "duration_s": args.duration,
                 "warmup_s": args.warmup,
