@@ -130,16 +130,78 @@ def test_the_buffer_fills_with_the_actions_answers_and_refits_into_a_candidate(
     assert action is not None and action.status == "applied" and action.audit_due_at is None
 
 
-def test_tau_lower_refit_keeps_false_refusals_under_the_bound() -> None:
+def test_tau_lower_refit_lowers_a_gate_that_refuses_answerable_questions() -> None:
     # answerable questions score 0.25..0.95, unanswerable ones 0.0..0.2: serving tau 0.3 refuses
     # every answerable one below 0.3 (false refusals); the fit moves tau down to 0.21
     samples = [GateSample(score=0.25 + 0.7 * i / 99, answerable=True) for i in range(100)]
     samples += [GateSample(score=0.2 * i / 59, answerable=False) for i in range(60)]
     fit = fit_tau_lower(samples, current=0.3)
     assert fit.improves and 0.2 < fit.fitted <= 0.25 and fit.accuracy_after == 1.0
-    assert fit.false_refusal_upper <= 0.05 and fit.lo > 0
+    assert fit.false_refusal_upper <= 0.05 and fit.lo > 0 and fit.direction == "lower"
     assert not fit_tau_lower(samples[:3] + samples[-3:], current=0.22).improves
     assert wilson_upper(0, 100) < 0.04 and wilson_upper(5, 100) > 0.05
+
+
+def _squad_like(n_unanswerable: int = 15, n_answerable: int = 15) -> list[GateSample]:
+    """SQuAD 2.0 at τL 0.3: unanswerable questions look like the passage and score 0.30-0.50, so the
+    gate answers them (wrongly); answerable ones score 0.60-0.95 and are answered right 4 times in 5."""
+    out = [
+        GateSample(score=0.30 + 0.2 * i / n_unanswerable, answer_right=0.0, refusal_right=1.0)
+        for i in range(n_unanswerable)
+    ]
+    out += [
+        GateSample(score=0.60 + 0.35 * i / n_answerable, answer_right=float(i % 5 != 0), refusal_right=0.0)
+        for i in range(n_answerable)
+    ]
+    return out
+
+
+def test_tau_lower_is_raised_on_a_few_labels_when_refusing_clearly_helps() -> None:
+    # 30 labelled answers, 15 of them answerable: an absolute Wilson bound of 5% on false refusals
+    # (wilson_upper(0, 15) = 0.20) could never pass; the increase over the serving τL is 0 here
+    samples = _squad_like()
+    assert wilson_upper(0, 15) > 0.05
+    fit = fit_tau_lower(samples, current=0.3)
+    assert fit.improves and fit.off_policy and fit.direction == "raise"
+    assert 0.48 < fit.fitted <= 0.6  # above every unanswerable score (max 0.487), below every answerable one
+    assert fit.accuracy_before == pytest.approx(12 / 30) and fit.accuracy_after == pytest.approx(27 / 30)
+    assert fit.lo > 0 and fit.false_refusal_increase == 0.0
+
+
+def test_no_raise_when_refusing_more_costs_answerable_questions() -> None:
+    # between 0.3 and 0.7 every other labelled answer is answerable and right: any raise refuses as
+    # many right answers as wrong ones
+    samples = [
+        GateSample(score=0.30 + 0.01 * i, answer_right=float(i % 2 == 0), refusal_right=float(i % 2 == 1))
+        for i in range(40)
+    ]
+    samples += [GateSample(score=0.8, answer_right=1.0, refusal_right=0.0) for _ in range(10)]
+    fit = fit_tau_lower(samples, current=0.3)
+    assert not fit.improves and fit.fitted == 0.3 and fit.direction == "none"
+
+
+def test_a_raise_stops_where_it_would_refuse_more_than_5_points_of_answerable_questions() -> None:
+    # 15 unanswerable at 0.30-0.49 as above, plus 3 of 30 answerable questions at 0.40: refusing up to
+    # 0.49 is right 7 more times and wrong 3 more, but refuses 10% of the answerable ones; the fit stops
+    # at 0.40
+    samples = _squad_like(15, 27) + [GateSample(score=0.40, answer_right=1.0, refusal_right=0.0)] * 3
+    fit = fit_tau_lower(samples, current=0.3)
+    assert fit.improves and fit.off_policy and 0.38 < fit.fitted <= 0.40
+    assert fit.false_refusal_increase == 0.0
+    relaxed = fit_tau_lower(samples, current=0.3, max_false_refusal=0.2)
+    assert relaxed.fitted > 0.48 and relaxed.false_refusal_increase == pytest.approx(0.1)
+
+
+def test_a_lowering_rests_on_imputed_answers_and_is_tried_only_without_a_raise() -> None:
+    # refused questions below 0.3 are answerable (rated down as refusals); whether answering them would
+    # have been right is imputed (0.6): a lowering may be proposed, but it is not off-policy evidence
+    samples = [GateSample(score=0.1 + 0.01 * i, answer_right=0.6, refusal_right=0.0) for i in range(20)]
+    samples += [GateSample(score=0.5 + 0.01 * i, answer_right=1.0, refusal_right=0.0) for i in range(30)]
+    fit = fit_tau_lower(samples, current=0.3)
+    assert fit.improves and fit.fitted <= 0.1 and fit.direction == "lower" and not fit.off_policy
+    # add unanswerable answers just above τL: a raise qualifies and is preferred
+    samples += [GateSample(score=0.31 + 0.005 * i, answer_right=0.0, refusal_right=1.0) for i in range(30)]
+    assert fit_tau_lower(samples, current=0.3).direction == "raise"
 
 
 def test_a_threshold_action_fits_tau_from_the_collections_diagnosed_answers(store: Store, coll: Collection) -> None:

@@ -5,10 +5,11 @@ A sample is the gate's top grade score for an answer and whether answering it / 
 right (from labels: by default every label the collection's traffic carries — ratings, corrections,
 reviewer labels, diagnoses — `gate_samples` and `gate_labels`; or given in the payload). The gate refuses below τL, so
 τL trades false refusals (answerable, refused) against false answers (unanswerable, answered). The
-fit maximises accuracy subject to the false-refusal rate's Wilson upper bound <= `max_false_refusal`
-(5%), and a candidate is registered only when the paired bootstrap interval of the accuracy gain
-over the serving τL is above zero. τU only separates CORRECT from AMBIGUOUS and moves with τL only
-where τL would pass it.
+fit maximises accuracy subject to refusing at most `max_false_refusal` (5 points) more of the
+answerable questions than the serving τL does, and a candidate is registered only when the paired
+bootstrap interval of the accuracy gain over the serving τL is above zero (`fit_tau_lower`). A raise
+rests on outcomes the labels give; a lowering on imputed ones (`TauFit.off_policy`). τU only
+separates CORRECT from AMBIGUOUS and moves with τL only where τL would pass it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragloop.evaluation.stats import paired_bootstrap
 from ragloop.improve.payload import StoredTrace
 from ragloop.improve.remediation.base import (
     AppliedChange,
@@ -80,22 +80,92 @@ class TauFit:
     hi: float
     false_refusal_after: float
     false_refusal_upper: float
+    """Wilson upper bound of the absolute false-refusal rate at `fitted` (reported, not a gate)."""
     n: int
+    false_refusal_increase: float = 0.0
+    """Answerable questions refused at `fitted` minus at `current`, per answerable sample (the gate)."""
+    false_refusal_increase_ci: tuple[float, float] = (0.0, 0.0)
+    direction: str = "none"
+    """`raise` (answers become refusals: outcomes known from labels), `lower` (refusals become answers
+    nobody saw: their correctness is imputed) or `none`."""
 
     @property
     def improves(self) -> bool:
         return self.n > 1 and self.lo > 0.0 and self.fitted != self.current
 
+    @property
+    def off_policy(self) -> bool:
+        """Is the gain measured rather than imputed? Raising τL only turns answers into refusals, and
+        whether refusing a question is right depends on the question alone (answerable or not), which
+        its labels say; lowering τL would serve answers nobody has seen."""
+        return self.improves and self.fitted > self.current
+
     def to_json(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        out: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            if isinstance(v, float):
+                v = round(v, 6)
+            elif isinstance(v, tuple):
+                v = [round(float(x), 6) for x in v]
+            out[k] = v
+        out["off_policy"] = self.off_policy
+        return out
 
 
-def _outcomes(scores: np.ndarray, rights: np.ndarray, tau: float) -> tuple[np.ndarray, float]:
-    """Per sample: is the outcome at `tau` right (expected value for fractional labels); and the
-    expected number of answerable questions refused."""
+def _outcomes(scores: np.ndarray, rights: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample at `tau`: is the outcome right (expected value for fractional labels), and the
+    expected share of an answerable question refused."""
     refused = scores < tau
     correct = np.where(refused, rights[:, 1], rights[:, 0])
-    return correct, float(((1.0 - rights[:, 1]) * refused).sum())
+    return correct, (1.0 - rights[:, 1]) * refused
+
+
+@dataclass(frozen=True)
+class _Trial:
+    tau: float
+    accuracy: float
+    gain: float
+    lo: float
+    hi: float
+    fr_increase: float
+    fr_ci: tuple[float, float]
+
+
+def _trials(
+    scores: np.ndarray, rights: np.ndarray, current: float, taus: Sequence[float], idx: np.ndarray, alpha: float = 0.05
+) -> list[_Trial]:
+    """Each τ's accuracy and paired-bootstrap gain over `current` (the same resamples for every τ),
+    and the change in answerable questions refused per answerable sample, with its interval."""
+    base, base_fr = _outcomes(scores, rights, current)
+    answerable = 1.0 - rights[:, 1]
+    n_ans = max(float(answerable.sum()), 1e-9)
+    ans_b = np.maximum(answerable[idx].sum(1), 1e-9)
+    seen: dict[bytes, _Trial] = {}
+    out = []
+    for tau in taus:
+        key = (scores < tau).tobytes()
+        if key in seen:
+            t = seen[key]
+            out.append(_Trial(tau, t.accuracy, t.gain, t.lo, t.hi, t.fr_increase, t.fr_ci))
+            continue
+        correct, fr = _outcomes(scores, rights, tau)
+        d, dfr = correct - base, fr - base_fr
+        means = d[idx].mean(1)
+        lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+        frs = dfr[idx].sum(1) / ans_b
+        flo, fhi = np.quantile(frs, [alpha / 2, 1 - alpha / 2])
+        t = _Trial(
+            tau,
+            float(correct.mean()),
+            float(d.mean()),
+            float(lo),
+            float(hi),
+            float(dfr.sum() / n_ans),
+            (float(flo), float(fhi)),
+        )
+        seen[key] = t
+        out.append(t)
+    return out
 
 
 def fit_tau_lower(
@@ -105,36 +175,52 @@ def fit_tau_lower(
     max_false_refusal: float = 0.05,
     resamples: int = 1000,
     seed: int = 20240601,
+    grid: Sequence[float] = GRID,
 ) -> TauFit:
+    """The τL that maximises expected accuracy on the labelled samples, among those whose paired
+    bootstrap 95% lower bound of the gain over `current` is above 0 and that refuse at most
+    `max_false_refusal` more of the answerable samples than `current` does (a change of the false-
+    refusal rate against the serving τL, not an absolute bound: with the 20-40 answerable labels a
+    few days give, an absolute Wilson bound of 5% fails even at zero false refusals, wilson_upper(0, 25)
+    = 0.13, so no τ that refuses anything could ever pass).
+
+    Raises are tried first: raising τL only turns answers into refusals, whose outcome the labels
+    give (a refusal is right iff the question is unanswerable), while lowering it turns refusals into
+    answers nobody has seen, whose correctness is imputed from neighbours (`gate_labels.impute`). A
+    lowering is proposed only when no raise qualifies; `TauFit.off_policy` tells the promotion path
+    which kind of evidence the candidate rests on."""
     scores = np.array([s.score for s in samples], dtype=np.float64)
     rights = np.array([s.rights for s in samples], dtype=np.float64).reshape(-1, 2)
+    n = len(samples)
     n_ans = round(float((1.0 - rights[:, 1]).sum()))
     base_correct, _ = _outcomes(scores, rights, current)
-    best: tuple[float, float, float] | None = None  # (accuracy, -distance from current, tau)
-    for tau in GRID:
-        correct, fr = _outcomes(scores, rights, tau)
-        if wilson_upper(round(fr), n_ans) > max_false_refusal:
-            continue
-        key = (float(correct.mean()) if len(correct) else 0.0, -abs(tau - current), tau)
-        best = key if best is None or key > best else best
-    fitted = current if best is None else best[2]
+    best: _Trial | None = None
+    if n > 1:
+        idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+        trials = _trials(scores, rights, current, grid, idx)
+        for side in ([t for t in trials if t.tau > current], [t for t in trials if t.tau < current]):
+            ok = [t for t in side if t.lo > 0.0 and t.fr_increase <= max_false_refusal + 1e-12]
+            if ok:
+                best = max(ok, key=lambda t: (t.accuracy, -abs(t.tau - current)))
+                break
+    fitted = current if best is None else best.tau
     correct, fr = _outcomes(scores, rights, fitted)
-    gain, lo, hi = (
-        paired_bootstrap(base_correct.tolist(), correct.tolist(), resamples=resamples, seed=seed)
-        if len(scores)
-        else (0.0, 0.0, 0.0)
-    )
+    gain, lo, hi = (0.0, 0.0, 0.0) if best is None else (best.gain, best.lo, best.hi)
+    k_fr = round(float(fr.sum()))
     return TauFit(
         current=current,
         fitted=fitted,
-        accuracy_before=float(base_correct.mean()) if len(scores) else 0.0,
-        accuracy_after=float(correct.mean()) if len(scores) else 0.0,
+        accuracy_before=float(base_correct.mean()) if n else 0.0,
+        accuracy_after=float(correct.mean()) if n else 0.0,
         gain=gain,
         lo=lo,
         hi=hi,
-        false_refusal_after=fr / n_ans if n_ans else 0.0,
-        false_refusal_upper=wilson_upper(round(fr), n_ans),
-        n=len(samples),
+        false_refusal_after=float(fr.sum()) / n_ans if n_ans else 0.0,
+        false_refusal_upper=wilson_upper(k_fr, n_ans),
+        n=n,
+        false_refusal_increase=0.0 if best is None else best.fr_increase,
+        false_refusal_increase_ci=(0.0, 0.0) if best is None else best.fr_ci,
+        direction="none" if best is None else ("raise" if fitted > current else "lower"),
     )
 
 
@@ -168,6 +254,7 @@ class ThresholdPayload(BaseModel):
     samples: tuple[GateSample, ...] = ()
     """Labelled gate scores of this collection's traffic (who labelled each: `label_source`)."""
     max_false_refusal: float = Field(default=0.05, gt=0.0, lt=1.0)
+    """At most this much more of the answerable samples refused than at the serving τL."""
     min_samples: int = Field(default=50, ge=2)
 
 
