@@ -23,6 +23,10 @@ experiments) does at most one of:
      correctness, document recall, refusals: `regression.GATES`; answer F1 is reported, not a gate)
      regresses by the nightly regression's own rule (`regression.compare_paired`: a relative drop
      > 2% *and* a paired 95% interval below 0). Refused → audited (`auto_experiment_refused`), never tried again;
+   - passed, and the candidate is a τL raise whose gain the refit measured on labelled traffic
+     (`off_policy`, on by default) → **promoted** directly in the maintenance window
+     (`via=remediation`, audited with the refit's and the golden check's evidence): the traffic has
+     already answered the question an experiment would ask, see `ragloop.experiments.off_policy`;
    - passed → an **experiment** with the service's defaults (`AutoExperimentSettings`: traffic split,
      minimum sample, minimum duration on the loop's clock, primary metric, guardrails), audited
      (`auto_experiment_start`) with the golden evidence. The existing aggregation decides it.
@@ -53,6 +57,8 @@ from ragloop.config import PipelineConfig
 from ragloop.experiments.assignment import ExperimentStatus
 from ragloop.experiments.golden import working_set
 from ragloop.experiments.metrics import Metric, parse_metric
+from ragloop.experiments.off_policy import off_policy_evidence
+from ragloop.experiments.promotion import MaintenanceWindow
 from ragloop.experiments.registry import (
     Clock,
     ExperimentConflictError,
@@ -64,7 +70,7 @@ from ragloop.experiments.registry import (
     utc_now,
 )
 from ragloop.experiments.regression import GATES, THRESHOLD, Answerer, compare_paired, score_entry
-from ragloop.experiments.versions import version_config
+from ragloop.experiments.versions import PromotedVia, version_config
 
 if TYPE_CHECKING:
     from ragloop.store import Experiment, PipelineVersion, Store
@@ -85,6 +91,8 @@ class AutoOutcome(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     CONFLICT = "conflict"
     ENDED = "ended"
+    PROMOTED = "promoted"
+    AWAITING_WINDOW = "awaiting_window"
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,8 @@ class AutoExperimentSettings:
     max_duration_s: float = 7 * 86400.0
     """A live experiment undecided after this long is stopped (inconclusive) to free the slot; 0: never."""
     require_approval: bool = False
+    off_policy: bool = True
+    """A τL raise measured on labelled traffic goes current on the golden check (`off_policy`)."""
     golden_threshold: float = THRESHOLD
     golden_limit: int = 200
     """At most this many working-set entries per golden check (each is answered twice)."""
@@ -278,6 +288,36 @@ def _end_if_decided(
     return AutoStep(AutoOutcome.ENDED, live.treatment_version, live.experiment_id, detail)
 
 
+def _off_policy(store: Store, current: PipelineVersion, cand: PipelineVersion) -> dict[str, Any] | None:
+    diff = changes(PipelineConfig.model_validate(current.config), PipelineConfig.model_validate(cand.config))
+    return off_policy_evidence(store, current, cand, diff)
+
+
+def _promote_off_policy(
+    store: Store,
+    current: PipelineVersion,
+    cand: PipelineVersion,
+    off: dict[str, Any],
+    verdict: GoldenVerdict,
+    actor: str,
+) -> AutoStep:
+    from ragloop.store import StoreConflictError
+
+    evidence = {"off_policy": off, "golden": verdict.detail, "candidate": cand.version_id}
+    try:
+        store.pipelines.activate(
+            cand.version_id,
+            actor=actor,
+            reason=f"off-policy gain on labelled traffic and golden check passed: {cand.description or ''}"[:200],
+            evidence=evidence,
+            via=PromotedVia.REMEDIATION.value,
+            expected_current=current.version_id,
+        )
+    except StoreConflictError as exc:  # another worker promoted something first
+        return AutoStep(AutoOutcome.CONFLICT, cand.version_id, detail={"reason": str(exc)})
+    return AutoStep(AutoOutcome.PROMOTED, cand.version_id, detail=evidence)
+
+
 def auto_experiment_step(
     store: Store,
     golden: GoldenCheck,
@@ -285,8 +325,10 @@ def auto_experiment_step(
     settings: AutoExperimentSettings | None = None,
     clock: Clock = utc_now,
     actor: str = ACTOR,
+    window: MaintenanceWindow | None = None,
 ) -> AutoStep:
-    """Move the oldest untried machine-made candidate one step along (see the module docstring)."""
+    """Move the oldest untried machine-made candidate one step along (see the module docstring).
+    `window`: when an off-policy candidate may be promoted (None: any time)."""
     settings = settings or AutoExperimentSettings()
     live = running_experiment(store)
     if live is not None:
@@ -304,10 +346,15 @@ def auto_experiment_step(
         if settings.require_approval and not cand.approvals:
             waiting.append(cand.version_id)
             continue
+        off = _off_policy(store, current, cand) if settings.off_policy else None
+        if off is not None and window is not None and not window.is_open(clock()):
+            return AutoStep(AutoOutcome.AWAITING_WINDOW, cand.version_id, detail={"window": str(window)})
         verdict = golden(current.version_id, cand.version_id)
         if not verdict.passed:
             _refuse(store, current.version_id, cand, "golden-set check failed", {"golden": verdict.detail})
             return AutoStep(AutoOutcome.REFUSED, cand.version_id, detail={"golden": verdict.detail})
+        if off is not None:
+            return _promote_off_policy(store, current, cand, off, verdict, actor)
         spec = settings.spec(f"auto: {cand.created_by} {cand.version_id}", current.version_id, cand.version_id)
         try:
             exp = create_experiment(store, spec, actor=actor, clock=clock)

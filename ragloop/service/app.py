@@ -269,8 +269,10 @@ def _periodic(
     )
 
     def auto_experiment() -> None:
-        step = auto_experiment_step(store, check, settings=auto_settings, clock=clock)
-        if step.outcome not in (AutoOutcome.BUSY, AutoOutcome.IDLE):
+        step = auto_experiment_step(store, check, settings=auto_settings, clock=clock, window=window)
+        if step.outcome is AutoOutcome.PROMOTED:
+            agents.invalidate()
+        if step.outcome not in (AutoOutcome.BUSY, AutoOutcome.IDLE, AutoOutcome.AWAITING_WINDOW):
             log.info("auto-experiment: %s", step.to_json())
 
     tasks.add("experiment-aggregation", cfg.experiment_aggregate_interval_s, aggregate)

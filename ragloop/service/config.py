@@ -110,6 +110,9 @@ class ServiceConfig:
     auto_experiment_requires_approval: bool = False
     """A machine-made candidate waits for a human approval (`ragloop pipeline approve`) before its golden
     check and experiment; off by default (see `ragloop.experiments.auto` for why)."""
+    auto_experiment_off_policy: bool = True
+    """A τL raise whose gain the refit measured on labelled traffic goes current on the golden check, in
+    the promotion window, without a live experiment (`ragloop.experiments.off_policy` says why)."""
     regression_interval_s: float = 0.0
     """The scheduled golden-set regression run (86400 for nightly); 0 (the default) turns it off."""
     regression_webhook_url: str | None = None
@@ -162,6 +165,7 @@ class ServiceConfig:
             max_duration_s=self.experiment_max_duration_s,
             guardrail_metrics=self.experiment_guardrail_metrics,
             require_approval=self.auto_experiment_requires_approval,
+            off_policy=self.auto_experiment_off_policy,
         )
 
     @property
