@@ -85,7 +85,7 @@ def run_ingest(docs: Path, tmp: Path, label: str, config: PipelineConfig, old: b
     dense = config.retrieval.dense
     models._loaded.clear()
     models._loaded[(dense.embedder, dense.max_tokens, dense.batch_size)] = OnnxMiniLMEmbedder(
-        threads=settings.threads, batch_size=dense.batch_size, max_tokens=dense.max_tokens, spinning=old
+        threads=settings.threads, batch_size=dense.batch_size, max_tokens=dense.max_tokens
     )
     saved = CachedEmbedder.embed_many
     if old:

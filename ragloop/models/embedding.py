@@ -8,10 +8,15 @@ that ships in the package so every layer above can be tested without model weigh
 from __future__ import annotations
 
 import hashlib
+import os
+import queue
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,14 +40,16 @@ class Embedder(ABC):
         A batch pads to its longest text, so batches cut from texts in file order (a 5-token
         sentence beside a 256-token chunk) spent about half of MiniLM's work on padding; sorted
         globally, neighbours have near-equal lengths (benchmarks/ingest_throughput.py). The work
-        goes in slices of `EMBED_SLICE` texts (one slice is one uninterruptible model run, so
-        Ctrl-C stays prompt, and a cache commits each slice); rows come back in input order.
+        goes in slices of `EMBED_SLICE` texts (a cache commits each slice, so an interrupted
+        ingest keeps what it embedded); rows come back in input order.
         `progress(done, total)` counts distinct texts.
         """
         return embed_sorted(self.embed, self.dim, texts, progress)
 
 
-EMBED_SLICE = 64
+EMBED_SLICE = 256
+"""Texts per `embed` call of `embed_many`: one cache commit each. Large enough that the batches of
+a slice keep every session busy until its end (a slice of 64 short texts is 4 batches)."""
 
 
 def embed_sorted(
@@ -133,16 +140,20 @@ def _minilm_files() -> tuple[Path, Path]:
 class OnnxMiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2, int8 ONNX: mean pooling over the attention mask, then L2 norm.
 
-    Texts are sorted by length before batching, so a batch pads to similar lengths: on 2 cores
-    padding waste, not model size, dominates the cost of mixed-length corpora (an ingest hands
-    all its texts to `embed_many`, which sorts across all of them, not just one call's).
+    Texts are sorted by length before batching, so a batch pads to similar lengths (an ingest
+    hands all its texts to `embed_many`, which sorts across all of them, not just one call's).
+    `threads` single-threaded sessions run batches side by side, fed from Python threads (ONNX
+    Runtime releases the GIL), instead of one session with `threads` intra-op threads: those
+    meet at every operator, which small batches make frequent. Batches are small, at most
+    `batch_size` texts and `BATCH_TOKENS` padded tokens: the activations of 16 x 256 tokens do not
+    fit a core's cache. On the whole Python docs' texts (benchmarks/ingest_throughput.py) both
+    together take about a quarter less CPU than one 2-thread session on 16-text batches, with
+    the same vectors (min cosine 0.9999998).
     """
 
     dim = 384
 
-    def __init__(
-        self, threads: int = 2, batch_size: int = 16, max_tokens: int = 256, *, spinning: bool = False
-    ) -> None:
+    def __init__(self, threads: int = 2, batch_size: int = 16, max_tokens: int = 256) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -158,36 +169,90 @@ class OnnxMiniLMEmbedder(Embedder):
         self._tok.enable_truncation(max_tokens)
         self._tok.no_padding()
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
+        opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # idle intra-op threads spin by default: on a shared 2-core machine (or beside llama.cpp)
-        # that burns the core another thread needs: without spinning, 1,500 passage texts of the
-        # Python docs took 25% less CPU and 19% less wall time beside other work (same vectors)
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-        self._session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        self._sessions = [
+            ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+            for _ in range(max(1, threads))
+        ]
+        self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for session in self._sessions:
+            self._idle.put(session)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
+        self._pool_lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         live = [i for i, t in enumerate(texts) if t.strip()]
         if not live:
             return out
-        encodings = dict(zip(live, self._tok.encode_batch([texts[i] for i in live]), strict=True))
-        order = sorted(live, key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            width = max(len(encodings[i].ids) for i in idx)
-            ids = np.zeros((len(idx), width), dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            for row, i in enumerate(idx):
-                e = encodings[i].ids
-                ids[row, : len(e)] = e
-                mask[row, : len(e)] = 1
-            hidden = self._session.run(
-                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            )[0]
-            m = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
-            out[idx] = pooled
+        ids = dict(zip(live, (e.ids for e in self._tok.encode_batch([texts[i] for i in live])), strict=True))
+        batches = token_batches(sorted(live, key=lambda i: len(ids[i])), ids, self.batch_size, BATCH_TOKENS)
+        if len(self._sessions) == 1 or len(batches) == 1:
+            for idx in batches:
+                out[idx] = self._run(idx, ids)
+            return _normalise(out)
+        futures = [self._executor().submit(self._run, idx, ids) for idx in batches]
+        try:
+            for idx, fut in zip(batches, futures, strict=True):
+                out[idx] = fut.result()
+        except BaseException:  # Ctrl-C included: drop the queued batches, the running ones end soon
+            for fut in futures:
+                fut.cancel()
+            raise
         return _normalise(out)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """One worker per session, started on first use and again in a forked child (threads do
+        not survive a fork)."""
+        with self._pool_lock:
+            if self._pool is None or self._pool_pid != os.getpid():
+                self._pool = ThreadPoolExecutor(len(self._sessions), thread_name_prefix="ragloop-embed")
+                self._pool_pid = os.getpid()
+            return self._pool
+
+    def _run(self, idx: Sequence[int], ids: dict[int, list[int]]) -> np.ndarray:
+        """Mean-pooled (not yet normalised) rows for the texts `idx`, on an idle session."""
+        width = max(len(ids[i]) for i in idx)
+        tokens = np.zeros((len(idx), width), dtype=np.int64)
+        mask = np.zeros((len(idx), width), dtype=np.int64)
+        for row, i in enumerate(idx):
+            tokens[row, : len(ids[i])] = ids[i]
+            mask[row, : len(ids[i])] = 1
+        session = self._idle.get()
+        try:
+            hidden = session.run(
+                None, {"input_ids": tokens, "attention_mask": mask, "token_type_ids": np.zeros_like(tokens)}
+            )[0]
+        finally:
+            self._idle.put(session)
+        m = mask[:, :, None].astype(np.float32)
+        pooled: np.ndarray = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        return pooled
+
+
+BATCH_TOKENS = 1024
+"""Most padded tokens in one model run (4 texts of 256 tokens, 16 of 64): on the Python docs'
+texts, batches of 16 x 256 tokens cost ~15-25% more CPU per token than batches of 4
+(benchmarks/ingest_throughput.py), and smaller ones gain nothing more."""
+
+
+def token_batches(order: Sequence[int], ids: dict[int, list[int]], most: int, budget: int) -> list[list[int]]:
+    """`order` (sorted by token count) cut into runs of at most `most` texts whose padded size
+    (texts x longest) stays within `budget`; a text longer than the budget runs alone."""
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    width = 0
+    for i in order:
+        w = max(width, len(ids[i]))
+        if cur and (len(cur) >= most or (len(cur) + 1) * w > budget):
+            batches.append(cur)
+            cur, w = [], len(ids[i])
+        cur.append(i)
+        width = w
+    if cur:
+        batches.append(cur)
+    return batches

@@ -106,3 +106,28 @@ def test_make_embedder_names() -> None:
     assert make_embedder("test:hashed-16", Settings()).dim == 16
     with pytest.raises(UnknownModelError, match="unknown embedder"):
         make_embedder("nope:model", Settings())
+
+
+def test_token_batches_respect_the_text_and_token_caps() -> None:
+    ids = {i: [0] * n for i, n in enumerate([3, 3, 3, 3, 3, 10, 10, 40, 300])}
+    batches = emb.token_batches(list(ids), ids, most=4, budget=40)
+    assert batches == [[0, 1, 2, 3], [4, 5, 6], [7], [8]]  # 4 texts; 3 x 10 <= 40 < 4 x 10; 300 alone
+    assert [i for b in batches for i in b] == list(ids)
+
+
+def test_parallel_sessions_match_single_text_vectors_in_input_order(minilm: emb.OnnxMiniLMEmbedder) -> None:
+    """Two single-threaded sessions on token-budget batches (the ingest path) give every text the
+    vector it gets alone, row i for text i, whatever the input order."""
+    assert len(minilm._sessions) == 2
+    words = ["the", "os", "module", "walks", "directory", "trees", "and", "pathlib", "joins", "paths", "for", "files"]
+    texts = [" ".join(words[: 1 + i % len(words)]) + f" item {i}" for i in range(40)]
+    texts += ["Return a list of the entries in the directory given by path. " * k for k in (5, 12, 40)] * 3
+    rng = np.random.default_rng(0)
+    texts = [texts[i] for i in rng.permutation(len(texts))]
+    got = minilm.embed(texts)
+    ids = {i: e.ids for i, e in enumerate(minilm._tok.encode_batch(texts))}
+    order = sorted(ids, key=lambda i: len(ids[i]))
+    assert len(emb.token_batches(order, ids, minilm.batch_size, emb.BATCH_TOKENS)) > 4  # both sessions busy
+    alone = np.stack([minilm.embed([t])[0] for t in texts])
+    assert np.abs(got - alone).max() < 1e-5, np.abs(got - alone).max()
+    assert np.allclose(minilm.embed(texts[::-1]), got[::-1], atol=1e-5)
