@@ -192,6 +192,15 @@ def test_a_raise_stops_where_it_would_refuse_more_than_5_points_of_answerable_qu
     assert relaxed.fitted > 0.48 and relaxed.false_refusal_increase == pytest.approx(0.1)
 
 
+def test_an_answer_refused_by_a_later_step_is_no_gain_of_a_raise() -> None:
+    # the unanswerable questions at 0.30-0.49 were already refused when served (by a later step, their
+    # gate score passed τL 0.3): raising τL changes nothing for them, so there is no candidate
+    samples = [s.model_copy(update={"refused": s.refusal_right == 1.0}) for s in _squad_like()]
+    fit = fit_tau_lower(samples, current=0.3)
+    assert not fit.improves and fit.accuracy_before == pytest.approx(27 / 30)
+    assert fit_tau_lower(_squad_like(), current=0.3).improves  # served answered: the raise is the gain
+
+
 def test_a_lowering_rests_on_imputed_answers_and_is_tried_only_without_a_raise() -> None:
     # refused questions below 0.3 are answerable (rated down as refusals); whether answering them would
     # have been right is imputed (0.6): a lowering may be proposed, but it is not off-policy evidence

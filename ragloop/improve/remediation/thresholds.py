@@ -51,6 +51,8 @@ class GateSample(BaseModel):
     label_source: str = ""
     answer_right: float | None = Field(default=None, ge=0.0, le=1.0)
     refusal_right: float | None = Field(default=None, ge=0.0, le=1.0)
+    refused: bool | None = None
+    """Was the served answer a refusal (None: unknown, taken to be the gate's own decision)."""
 
     @property
     def rights(self) -> tuple[float, float]:
@@ -189,7 +191,9 @@ def fit_tau_lower(
     answers nobody has seen, whose correctness is imputed from neighbours (`gate_labels.impute`). A
     lowering is proposed only when no raise qualifies; `TauFit.off_policy` tells the promotion path
     which kind of evidence the candidate rests on."""
-    scores = np.array([s.score for s in samples], dtype=np.float64)
+    # an answer refused although its gate score passed the serving τL was refused by a later step
+    # (a failed rewrite's grade, the support check): no τL answers it, so it counts as refused at all
+    scores = np.array([-1.0 if s.refused and s.score >= current else s.score for s in samples], dtype=np.float64)
     rights = np.array([s.rights for s in samples], dtype=np.float64).reshape(-1, 2)
     n = len(samples)
     n_ans = round(float((1.0 - rights[:, 1]).sum()))
@@ -241,6 +245,7 @@ def gate_samples(store: Store, collection: str, *, limit: int = 5000) -> list[Ga
             answerable=rights[1] < 0.5,
             answer_right=rights[0],
             refusal_right=rights[1],
+            refused=item.refused,
             label_source="+".join(item.sources),
         )
         for item, rights in zip(labelled, impute(labelled), strict=True)
