@@ -60,6 +60,28 @@ def test_a_data_file_in_the_published_format_is_taken_by_path(tmp_path: Path) ->
     }
 
 
+def test_the_reviewer_says_why_an_answer_is_wrong() -> None:
+    """From the gold: a wrong answer to a question that should be refused is labelled `unanswerable`
+    (the τL refit then knows refusing it is right), a wrong one to an answerable question gets the
+    reference as its correction, and a right refusal is just correct."""
+    from ragloop.evaluation.suites import EvalItem
+    from ragloop.improve.remediation.gate_labels import review_labels
+    from ragloop.improve.simulation.users import UserModel, Users
+
+    users = Users(UserModel(flip_share=0.0), 0, "")
+    unanswerable = EvalItem(id="u", question="Who founded it?", kind="unanswerable", should_refuse=True)
+    answerable = EvalItem(
+        id="a", question="Who?", kind="answerable", should_refuse=False, answers=("Ada",), reference="Ada"
+    )
+    wrong = users.review(unanswerable, {"refused": False, "answer": "Bob founded it."})
+    assert wrong["labels"] == ["incorrect", "unanswerable"] and "corrected_answer" not in wrong
+    [label] = review_labels(None, wrong["labels"], refused=False)
+    assert (label.answer_right, label.refusal_right) == (False, True)
+    assert users.review(unanswerable, {"refused": True, "answer": ""})["labels"] == ["correct"]
+    missed = users.review(answerable, {"refused": False, "answer": "Bob."})
+    assert missed["labels"] == ["incorrect"] and missed["corrected_answer"] == "Ada"
+
+
 @pytest.mark.timeout(900)
 def test_quick_simulation_end_to_end(tmp_path: Path) -> None:
     env = dict(os.environ, RAGLOOP_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")

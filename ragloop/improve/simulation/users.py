@@ -7,7 +7,9 @@ answer; for a reference in words, token F1 >= 0.5), so users and the measurement
 correct means. Of the ratings, `correction_share` (5%) come with a correction (the reference answer)
 or, for a wrong retrieval, the relevant document; `flip_share` of ratings are flipped (noise: 10% by
 default, 50% is the adversarial run). The reviewer scores a tier-3 item from the same gold, with the
-same flip noise, at `reviews_per_day` a simulated day.
+same flip noise, at `reviews_per_day` a simulated day; an answer it marks wrong to a question the gold
+says should be refused is labelled `unanswerable`, a wrong one to an answerable question gets the
+reference as its correction.
 
 All draws come from one seeded generator per simulation arm, so a rerun makes the same decisions.
 """
@@ -85,9 +87,15 @@ class Users:
             right = not right
             self.counts["flipped"] += 1
         score = 1.0 if right else 0.0
+        labels = ["correct" if right else "incorrect"]
+        if not right and item.should_refuse and not answer.get("refused"):
+            # the gold says the documents do not answer it: a reviewer who marks the answer wrong says
+            # why (the review API's `unanswerable` label); without it answerability is known only for
+            # answerable questions (from corrections) and the τL refit imputes the rest from them
+            labels.append("unanswerable")
         body: dict[str, Any] = {
             "scores": {"faithfulness": score, "answer_relevance": score},
-            "labels": ["correct" if right else "incorrect"],
+            "labels": labels,
             "notes": "simulated reviewer (scored from the gold label)",
         }
         if not right and item.reference and not item.should_refuse:
