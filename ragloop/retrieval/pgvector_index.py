@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ from ragloop.retrieval.dense import _MANIFEST, _check_queries, _check_rows, _fil
 URL_ENV = "RAGLOOP_PGVECTOR_URL"
 COLLECTIONS_URL_ENV = "RAGLOOP_COLLECTIONS_URL"
 _TABLE_RE = re.compile(r"^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,57}$")  # 5 bytes left for _hnsw
+COPY_BLOCK_ROWS = 20_000
+"""Rows per COPY message: ~31 MB at 384-d, so a bulk load's payload never sits in memory whole."""
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
 _COPY_TRAILER = b"\xff\xff"
 
@@ -81,6 +84,21 @@ def copy_payload(first_id: int, rows: np.ndarray) -> bytes:
     """COPY BINARY rows (id bigint, embedding vector): per row a field count, the id, and
     pgvector's binary vector (int16 dim, int16 unused, big-endian float4s). Built in numpy: a
     Python loop per row would cost more than the server's insert."""
+    return _COPY_HEADER + _copy_rows(first_id, rows) + _COPY_TRAILER
+
+
+def copy_blocks(first_id: int, rows: np.ndarray, block_rows: int | None = None) -> Iterator[bytes]:
+    """The same stream as `copy_payload`, in pieces of at most `block_rows` rows: 1M 384-d rows
+    are 1.5 GB of payload, which built whole (plus its numpy record and the concatenation) held
+    three copies in memory at once."""
+    step = block_rows or COPY_BLOCK_ROWS
+    yield _COPY_HEADER
+    for start in range(0, len(rows), step):
+        yield _copy_rows(first_id + start, rows[start : start + step])
+    yield _COPY_TRAILER
+
+
+def _copy_rows(first_id: int, rows: np.ndarray) -> bytes:
     n, dim = rows.shape
     head = [("nf", ">i2"), ("idlen", ">i4"), ("id", ">i8"), ("vlen", ">i4"), ("dim", ">i2"), ("unused", ">i2")]
     rec = np.dtype([*head, ("v", ">f4", (dim,))])
@@ -88,7 +106,7 @@ def copy_payload(first_id: int, rows: np.ndarray) -> bytes:
     out["nf"], out["idlen"], out["vlen"], out["dim"] = 2, 8, 4 + 4 * dim, dim
     out["id"] = np.arange(first_id, first_id + n, dtype=np.int64)
     out["v"] = rows
-    return _COPY_HEADER + out.tobytes() + _COPY_TRAILER
+    return out.tobytes()
 
 
 class PgVectorIndex:
@@ -202,7 +220,8 @@ class PgVectorIndex:
                 if start and len(rows) >= self.rebuild_ratio * start:
                     conn.execute(f"DROP INDEX IF EXISTS {self._hnsw_qualified}")  # rebuilt below, in bulk
                 with conn.cursor().copy(f"COPY {self.table} (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
-                    cp.write(copy_payload(start, rows))
+                    for block in copy_blocks(start, rows):
+                        cp.write(block)
                 build_hnsw(conn, self.table, self.m, self.ef_construction, self.maintenance_work_mem)
             self._n = start + len(rows)
 
@@ -314,7 +333,8 @@ class PgVectorDatabaseBackend:
         raw.execute(create_table_sql(table, max(dim, 1)))
         if len(rows):
             with raw.cursor().copy(f"COPY {table} (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
-                cp.write(copy_payload(0, _check_rows(rows, dim)))
+                for block in copy_blocks(0, _check_rows(rows, dim)):
+                    cp.write(block)
             build_hnsw(raw, table, self.m, self.ef_construction, None)
 
     def open(self, engine: Any, schema: str, generation: int, dim: int) -> PgVectorIndex:

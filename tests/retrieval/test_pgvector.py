@@ -16,8 +16,15 @@ from typer.testing import CliRunner
 
 from ragloop.config.pipeline import LexicalConfig, PipelineConfig
 from ragloop.ingest.types import Chunk
+from ragloop.retrieval import pgvector_index
 from ragloop.retrieval.dense import ExactIndex, load_vector_index
-from ragloop.retrieval.pgvector_index import PgVectorIndex, PgVectorUnavailable, copy_payload, pgvector_url
+from ragloop.retrieval.pgvector_index import (
+    PgVectorIndex,
+    PgVectorUnavailable,
+    copy_blocks,
+    copy_payload,
+    pgvector_url,
+)
 from ragloop.retrieval.store import IndexSpec, gen_dir, load_generation, remove_stale, write_generation
 from tests.store.conftest import DEFAULT_POSTGRES_URL, _ci, require_postgres
 
@@ -118,6 +125,22 @@ def test_copy_payload_is_pgvectors_binary_row_format() -> None:
     first = payload[19 : 19 + 2 + 4 + 8 + 4 + 4 + 8]
     assert first[:2] == b"\x00\x02" and int.from_bytes(first[6:14], "big") == 7
     assert np.frombuffer(first[22:], dtype=">f4").tolist() == [1.0, 0.0]
+
+
+def test_copy_blocks_stream_the_same_bytes_as_one_payload() -> None:
+    rows = unit(7, 3, 9)
+    assert b"".join(copy_blocks(5, rows, block_rows=2)) == copy_payload(5, rows)
+    assert len(list(copy_blocks(5, rows, block_rows=2))) == 1 + 4 + 1  # header, ceil(7 / 2) blocks, trailer
+
+
+def test_a_load_in_many_copy_blocks_keeps_every_row_and_id(index: MakeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pgvector_index, "COPY_BLOCK_ROWS", 64)  # 500 rows: 8 COPY messages
+    data = unit(500, 16, 6)
+    pg = index(16)
+    pg.add(data)
+    assert len(pg) == 500
+    for row in (0, 63, 64, 499):
+        assert pg.search(data[row], 1)[0].tolist() == [row]
 
 
 def test_url_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
