@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -215,6 +216,7 @@ def prepare(
             "chunks": summary.chunks_total,
             "embedded": summary.chunks_embedded,
             "seconds": round(t.seconds, 1),
+            "dense_index": coll.load().vectors_index.name,  # exact / usearch / pgvector (HNSW in the database)
         }
         print(
             f"  {coll.name}: {summary.chunks_total} chunks, {summary.chunks_embedded} embedded now, {t.seconds:.1f} s",
@@ -384,6 +386,8 @@ def quick(benches: Sequence[Bench], base: RetrievalConfig, backend: str, ingest_
     """bm25, dense and the default hybrid on every split: enough to compare storage backends."""
     modes = {"bm25": retrieval(base, mode="bm25"), "dense": retrieval(base, mode="dense"), "hybrid (default)": base}
     results: dict[str, Any] = {}
+    per_query: dict[str, Any] = {}
+    n_queries: dict[str, Any] = {}
     md = [f"# Retrieval quality, quick ({backend} backend)", ""]
     for b in benches:
         rows: list[list[object]] = []
@@ -391,11 +395,26 @@ def quick(benches: Sequence[Bench], base: RetrievalConfig, backend: str, ingest_
         for label, cfg in modes.items():
             r = evaluate(b, cfg)
             results[b.name][label] = r.per_split
+            # per query, in query order, so two backends can be compared pair by pair
+            per_query.setdefault(b.name, {})[label] = {
+                s: {m: [round(float(x), 4) for x in v] for m, v in ms.items()}
+                for s, ms in r.values.items()
+                if s != "all"
+            }
+            n_queries[b.name] = r.n
             rows += [[label, split, *r.per_split[split].values()] for split in SPLITS if split in r.per_split]
         md.append(print_table(f"{b.name} ({backend})", ["mode", "split", *b.metrics], rows, 4))
     write_results(
         f"retrieval_quality_quick_{backend}",
-        {"backend": backend, "machine": machine(), "ingest": ingest_info, "results": results},
+        {
+            "backend": backend,
+            "command": " ".join(sys.argv),
+            "machine": machine(),
+            "ingest": ingest_info,
+            "n": n_queries,
+            "results": results,
+            "per_query": per_query,
+        },
         "\n".join(md),
     )
 
