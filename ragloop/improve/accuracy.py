@@ -7,7 +7,7 @@ mean over the items *labelled* c; both get the harness's percentile bootstrap ov
 evaluation reports carry.
 
 The search is coordinate-wise (one threshold at a time over its grid, the others held, two
-rounds, each value scored with its grid neighbours, see `search_thresholds`): the tree has seven
+rounds, each value scored with its grid neighbours, see `search_thresholds`): the tree has eight
 thresholds and a full grid would classify the dev set thousands of
 times for no measurable gain. Its objective is the worst per-class min(precision, recall): the
 target is "every class >= 0.85", so the weakest class is what a threshold must improve; macro
@@ -32,6 +32,7 @@ GRID: dict[str, tuple[float, ...]] = {
     "faithfulness": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
     "claim_support": (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95),
     "context_precision": (0.0, 0.1, 0.2, 0.3, 0.5, 0.8),
+    "background_quantile": (0.5, 0.75, 0.8, 0.85, 0.9, 0.95),
 }
 
 

@@ -99,7 +99,8 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
     for h in sorted(retrieval, key=lambda h: h.rank):
         rank_of.setdefault(h.chunk_id, h.rank)
     top_k = [h.chunk_id for h in sorted(retrieval, key=lambda h: h.rank) if h.rank <= inp.k]
-    oracle = list(inp.oracle.oracle_set(t.oracle, t.oracle_relative))
+    oracle = list(inp.oracle.oracle_set(t.oracle, t.oracle_relative, t.background_quantile))
+    floor = inp.oracle.floor(t.oracle, t.background_quantile)
     a = inp.assessment
 
     def done(mode: FailureMode, conf: float, evidence: Evidence, actions: list[ProposedAction], rule: str) -> Diagnosis:
@@ -148,22 +149,23 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
         best = inp.oracle.best
         best_score = best.score if best else 0.0
         ev_gap = KnowledgeGapEvidence(
-            best_chunk_id=best.chunk_id if best else None, best_score=best_score, threshold=t.oracle
+            best_chunk_id=best.chunk_id if best else None, best_score=best_score, threshold=floor
         )
         act = ProposedAction(
             kind=ActionKind.KNOWLEDGE_GAP_LOG,
-            reason=f"no chunk supports the ideal answer (best {best_score:.3f} < {t.oracle})",
+            reason=f"no chunk supports the ideal answer (best {best_score:.3f} < {floor:.3f})",
             chunk_ids=(best.chunk_id,) if best else (),
         )
         return done(
             FailureMode.KNOWLEDGE_GAP,
-            _confidence(t.oracle - best_score, t.oracle),
+            _confidence(floor - best_score, floor),
             ev_gap,
             [act],
-            f"oracle empty: best {best_score:.3f} < {t.oracle}",
+            f"oracle empty: best {best_score:.3f} < {floor:.3f}"
+            + (f" (background q{t.background_quantile})" if floor > t.oracle else ""),
         )
     in_top_k = [c for c in oracle if c.chunk_id in set(top_k)]
-    margin_scale = max(1e-6, 1.0 - t.oracle)
+    margin_scale = max(1e-6, 1.0 - floor)
     if not in_top_k:
         ranked = sorted((c for c in oracle if c.chunk_id in rank_of), key=lambda c: (rank_of[c.chunk_id], c.chunk_id))
         if ranked:
@@ -175,7 +177,7 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
             )
             return done(
                 FailureMode.RANKING_FAILURE,
-                _confidence(max(c.score for c in ranked) - t.oracle, margin_scale),
+                _confidence(max(c.score for c in ranked) - floor, margin_scale),
                 RankingEvidence(k=inp.k, missed=missed),
                 [act],
                 f"oracle not in top {inp.k}, in top {t.max_rank}",
@@ -189,7 +191,7 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
         )
         return done(
             FailureMode.EMBEDDING_FAILURE,
-            _confidence(max(c.score for c in oracle) - t.oracle, margin_scale),
+            _confidence(max(c.score for c in oracle) - floor, margin_scale),
             EmbeddingEvidence(missed=missed, query_distance=round(distance, 6)),
             [act],
             f"oracle not in top {t.max_rank}",
@@ -227,7 +229,7 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
         )
     return done(
         FailureMode.RETRIEVAL_SUCCESS,
-        _confidence(max(c.score for c in in_top_k) - t.oracle, margin_scale),
+        _confidence(max(c.score for c in in_top_k) - floor, margin_scale),
         SuccessEvidence(matched=matched, faithfulness=faith, context_precision=cp),
         missed_ideal,
         f"oracle chunk in top {inp.k}" + ("; the answer misses the ideal answer" if missed_ideal else ""),

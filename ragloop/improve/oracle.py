@@ -26,6 +26,10 @@ Choices, and why:
   of the next) is scored whole, next to the best sentence (or cut fragment) inside either
   chunk. Only a passage that supports the answer across the boundary and not inside either
   chunk is evidence of a chunking failure.
+- The collection's background (`ragloop.improve.calibration`): what the best chunk that does not
+  hold an answer scores here, measured once per index generation from cloze probes of the
+  collection's own sentences, and stored with every result, so the classifier can raise its
+  threshold where the background is high (technical docs) without a global retune.
 - The oracle's retrieval never uses the expansion cache (a pinned chunk is a past diagnosis,
   not evidence) nor MMR (diversity is not relevance).
 """
@@ -41,8 +45,17 @@ import numpy as np
 
 from ragloop.config.pipeline import MMRConfig, RetrievalConfig
 from ragloop.evaluation.metrics.answer import contains_gold
+from ragloop.improve.calibration import impostors, probes, summarise
 from ragloop.improve.paraphrase import OfflineParaphraser, Paraphraser, Vocabulary
-from ragloop.improve.types import OracleChunk, OracleResult, QueryVariant, RankedChunk, SplitCandidate, VariantKind
+from ragloop.improve.types import (
+    BackgroundCalibration,
+    OracleChunk,
+    OracleResult,
+    QueryVariant,
+    RankedChunk,
+    SplitCandidate,
+    VariantKind,
+)
 from ragloop.ingest.types import Chunk
 from ragloop.models.embedding import Embedder
 from ragloop.models.scoring.base import Scorer
@@ -109,6 +122,31 @@ async def score_texts(scorer: Scorer, ideal: IdealAnswer, texts: Sequence[str]) 
     return [Scored(float(j.p) * c**COVERAGE_POWER, j.evidence, c) for j, c in zip(judged, covs, strict=True)]
 
 
+def statements(ideal: IdealAnswer, text: str) -> list[str]:
+    """Where in a chunk a span-like ideal answer can be stated: each sentence (strip) on its own.
+    A sentence-long ideal answer may draw on several sentences: the whole chunk."""
+    if len(ideal.text.split()) >= SHORT_ANSWER_WORDS:
+        return [text]
+    return [s.text for s in split_strips(text, min_chars=1) if s.text.strip()] or [text]
+
+
+async def score_chunks(scorer: Scorer, ideal: IdealAnswer, texts: Sequence[str]) -> list[Scored]:
+    """Per chunk: its best statement's `score_texts` score (see `statements`). Why per sentence:
+    scored whole, a chunk of technical prose covers a three-word span's terms from different
+    sentences and the question's terms from others ("next" in one sentence, "function" in
+    another), which scored sibling sections of a removed one as support; one sentence that
+    states the answer with what the question asks about is what support means."""
+    parts = [statements(ideal, t) for t in texts]
+    flat = await score_texts(scorer, ideal, [s for ss in parts for s in ss])
+    out: list[Scored] = []
+    offset = 0
+    for ss in parts:
+        mine = flat[offset : offset + len(ss)]
+        offset += len(ss)
+        out.append(max(mine, key=lambda x: x.score))
+    return out
+
+
 def ranked_chunks(hits: Sequence[Hit], max_rank: int = 100) -> tuple[RankedChunk, ...]:
     """The served retrieval as the classifier reads it."""
     return tuple(
@@ -162,9 +200,12 @@ class OracleRetriever:
         paraphraser: Paraphraser | None = None,
         depth: int = 10,
         split_pool: int = 20,
+        background_probes: int = 200,
+        background_seed: int = 0,
     ) -> None:
         """`depth`: chunks taken from each variant's retrieval; `split_pool`: how many of the
-        best candidates have their document neighbours checked for a split passage."""
+        best candidates have their document neighbours checked for a split passage;
+        `background_probes`: cloze probes of the collection's background (0: none measured)."""
         base = config or RetrievalConfig()
         self.config = base.model_copy(update={"use_expansion_cache": False, "mmr": MMRConfig(enabled=False)})
         self.collection = collection
@@ -176,6 +217,9 @@ class OracleRetriever:
         self._cache_key: tuple[str, int] | None = None
         self._vocabulary: Vocabulary | None = None
         self._neighbours: dict[int, tuple[int | None, int | None]] = {}
+        self.background_probes = background_probes
+        self.background_seed = background_seed
+        self._background: BackgroundCalibration | None = None
 
     # per generation ------------------------------------------------------------------------------
     def _prepare(self, gen: IndexGeneration) -> None:
@@ -193,7 +237,24 @@ class OracleRetriever:
                 nxt = order[i + 1] if i + 1 < len(order) else None
                 self._neighbours[p] = (prev, nxt)
         self._vocabulary = None
+        self._background = None
         self._cache_key = key
+
+    async def background(self) -> BackgroundCalibration | None:
+        """The collection's background score distribution, measured once per index generation
+        (the ideal-answer retrieval of each probe, its impostors scored as candidates are)."""
+        gen = self.collection.load()
+        self._prepare(gen)
+        if self._background is not None or self.background_probes <= 0:
+            return self._background
+        best: list[float] = []
+        for pos, question, answer in probes(gen.chunks, self.background_probes, self.background_seed):
+            hits = await asyncio.to_thread(self.retriever.retrieve, ideal_query(question, answer), self.depth)
+            found = impostors(gen.chunks, pos, answer, [gen.position[h.chunk_id] for h in hits])
+            scored = await score_chunks(self.scorer, IdealAnswer(question, answer), [gen.chunks[p].text for p in found])
+            best.append(max((x.score for x in scored), default=0.0))
+        self._background = summarise(best, self.background_seed)
+        return self._background
 
     def paraphraser(self) -> Paraphraser:
         if self._paraphraser is not None:
@@ -213,6 +274,7 @@ class OracleRetriever:
         return out
 
     async def retrieve(self, question: str, ideal_answer: str) -> OracleResult:
+        background = await self.background()
         start = time.perf_counter()
         gen = self.collection.load()
         self._prepare(gen)
@@ -229,7 +291,7 @@ class OracleRetriever:
                     kinds.append(v.kind)
         ideal = IdealAnswer(question, ideal_answer)
         positions = list(found)
-        scored = await score_texts(self.scorer, ideal, [gen.chunks[p].text for p in positions])
+        scored = await score_chunks(self.scorer, ideal, [gen.chunks[p].text for p in positions])
         cosines = self._query_cosines(gen, question, positions)
         candidates = sorted(
             (
@@ -259,6 +321,7 @@ class OracleRetriever:
             scorer=self.scorer.name,
             corpus_chunks=len(gen.chunks),
             latency_ms=round((time.perf_counter() - start) * 1000.0, 3),
+            background=background,
         )
 
     def _query_cosines(self, gen: IndexGeneration, question: str, positions: Sequence[int]) -> list[float]:
