@@ -5,10 +5,14 @@
 
 `--source pydocs` runs the same steps on the Python 3.11 docs QA set derived by
 `ragloop.evaluation.pydocs` (every 8th library page; cloze questions from headed sections; dev =
-even pages, test = odd), collection `diag-pydocs`, and classifies with the *shipped* thresholds
-(`Thresholds()`, chosen on the SQuAD dev part): the classifier is not retuned on these items. A
-refit on the docs' own dev part is reported as a sensitivity row only. It writes
+even pages, test = odd), collection `diag-pydocs`. It writes
 benchmarks/results/diagnosis_accuracy_pydocs.{json,md}, with the SQuAD test part beside it.
+
+Both sources classify with the *shipped* thresholds (`Thresholds()`), which are what
+`search_thresholds` chose on the dev parts of both sets together (SQuAD even articles, docs even
+pages: the "joint fit", recomputed and compared here when both sources' cached inputs exist; the
+SQuAD set at --per-class 80, the docs at 50). A refit on one source's dev part alone is a
+sensitivity row.
 
 1. Ingests the SQuAD 2.0 dev paragraphs once into `benchmarks/.home` (collection `diag-squad2`,
    default pipeline: MiniLM int8, hybrid, chunks of 1,200 characters); a rerun embeds nothing.
@@ -19,9 +23,9 @@ benchmarks/results/diagnosis_accuracy_pydocs.{json,md}, with the SQuAD test part
    collection, answer assessed by the judge scorer) and caches them under
    `benchmarks/.home/diagnosis/` (`--reuse` classifies the cached inputs again, e.g. after a
    change to the tree alone).
-4. Chooses the thresholds on the dev part (`search_thresholds`), reports per-class precision
-   and recall with 95% bootstrap intervals on the test part (and dev, for reference), the
-   confusion matrix, the oracle's latency, and writes benchmarks/results/diagnosis_accuracy.{json,md}.
+4. Reports per-class precision and recall with 95% bootstrap intervals on the test part (and
+   dev, where the thresholds were fit), the confusion matrix, the collections' measured
+   backgrounds, the oracle's latency, and writes benchmarks/results/diagnosis_accuracy.{json,md}.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from ragloop.improve.accuracy import SEARCH_START, class_scores, confusion, obje
 from ragloop.improve.diagnosis import Diagnoser
 from ragloop.improve.injection import InjectedCase, SquadInjector
 from ragloop.improve.oracle import OracleRetriever
-from ragloop.improve.types import DiagnosisInput, FailureMode, Thresholds
+from ragloop.improve.types import BackgroundCalibration, DiagnosisInput, FailureMode, Thresholds
 from ragloop.models.scoring import make_scorer
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
@@ -62,9 +66,17 @@ NOTES = """### How to read these numbers
   every faithful claim p = 0.862, its maximum; `claim_support` 0.85 would sit on that edge,
   which the robust search refuses. Generation-failure numbers are optimistic next to a
   paraphrasing LLM generator.
+- The oracle scores a span-like ideal answer per *sentence* of a chunk (`oracle.score_chunks`)
+  and raises its threshold to the 0.8 quantile of the collection's own background (the best
+  score of a chunk that does not hold a cloze probe's span, 200 probes of its own sentences,
+  `ragloop.improve.calibration`; table above). On SQuAD the background's q0.8 (0.13 to 0.19) stays below
+  the absolute threshold 0.25, so here the per-sentence score is what changed; the Python-docs
+  run is where the background counts.
 - The design (oracle score, cut rule, grounding check, relative cut, the search's robustness
-  rule) was iterated over five runs with both parts' results in view; the thresholds were only
-  ever fit on the dev part, but the test part is not a pristine hold-out.
+  rule, the per-sentence score and the background) was iterated with both parts' results of
+  both sources in view; the thresholds were only ever fit on the dev parts (jointly with the
+  docs' dev part since the background landed), but the test part is not a pristine hold-out.
+  The dev part, where they were fit, misses the target (weakest class in the dev table).
 - The injector's check that a chunk holds the answer reads punctuation as a word boundary (it
   used SQuAD's normalisation, which glues "focus.[citation]" into "focuscitation"): before,
   ranking-failure cases whose top k still held the answer were kept, and the classifier's right
@@ -78,6 +90,8 @@ NOTES = """### How to read these numbers
   chunking rule on a heavily chunked corpus is not measured here; the Python-docs run
   (`--source pydocs`, benchmarks/results/diagnosis_accuracy_pydocs.md) measures it.
 - Latency is the oracle alone (5 retrievals, scoring, split check) on a shared 2-core machine.
+  The background is measured once per index generation (200 probes: about 15 s per collection
+  at load average about 20 here, SQuAD and docs alike) and is not in these latencies.
 """
 
 PYDOCS_NOTES = """### How to read these numbers
@@ -90,17 +104,25 @@ PYDOCS_NOTES = """### How to read these numbers
   answer> what?". Questions are clozes, so they share more words with their passage than
   SQuAD's do; the ideal answer is a span, as SQuAD's is.
 - Same pipeline as the SQuAD run (MiniLM int8, hybrid, chunks of 1,200 characters, k = 5),
-  same injector, same `lexical` oracle scorer and judge, and the *shipped* thresholds: nothing
-  was fit on these items. The row "refit on this source's dev part" shows what a per-corpus
-  search would buy (oracle 0.45, split_score 0.4, ...); it is not what ships.
-- Knowledge gaps called "retrieval success" (the weakest recall): with the gold section
-  removed, another section of the same page restates the answer's words ("transaction handling
-  performed by sqlite3" for the ideal answer "handling is performed"; "methods of the
-  Connection class" for "connection shortcut methods"). A three-word span of technical
-  vocabulary clears the oracle's absolute threshold 0.25 far more often than a SQuAD name or
-  number does: best oracle scores of the injected gaps run up to 0.82, and no gap whose best
-  candidate clears 0.25 is called a gap (23 of the 100 go to success, the rest of those to
-  ranking or chunking). The same near-duplicates make `retrieval_success` imprecise.
+  same injector, same `lexical` oracle scorer and judge, and the *shipped* thresholds, fit on
+  the dev parts of both sources together (this source's even pages among them); the odd pages
+  were never fit on. The row "refit on this source's dev part alone" is not what ships.
+- Knowledge gaps called "retrieval success" were the weakest class before this run (recall
+  0.720 test, 0.680 dev; `retrieval_success` precision 0.725 / 0.676). Cause, from the cases:
+  the oracle scored a chunk whole, and with the gold section removed a sibling section of the
+  same page covers a three-word span of technical vocabulary from *different* sentences ("next"
+  in one, "function" in another; "connection", "shortcut", "methods" scattered) while its other
+  sentences share the cloze question's words, so its relevance x coverage cleared the absolute
+  0.25 chosen on SQuAD: the best chunk left for a removed-gold question scored 0.49 at the 90th
+  percentile here against 0.24 on SQuAD. Fix: a span must be stated in one sentence (the score
+  is the best sentence's), and the threshold rises to the collection's background quantile
+  (0.40 on these collections, table above). Each part alone, on the test part: per-sentence
+  score 0.877 worst class, the background on top 0.893 (the row "background off").
+- What is left: a sibling section that states the same thing in one sentence ("Using the
+  execute ... methods of the Connection class" for "connection shortcut methods") still looks
+  like support to a lexical oracle; such gaps go to success, and ranking failures whose cut top
+  k holds such a restatement too (some of these are arguably right calls). The dev part shows
+  the spread: `retrieval_success` precision 0.754 there.
 - Ranking failures called "retrieval success": a chunk in the cut top k states the answer in
   other words (a sibling section restating it) and scores within 0.8 of the gold chunk, so the
   oracle set reaches into the top k; by the injector's word-exact check it does not hold the
@@ -114,6 +136,8 @@ PYDOCS_NOTES = """### How to read these numbers
 """
 
 CACHE = BENCH_HOME / "diagnosis"
+JOINT_PER_CLASS = {"squad2": 80, "pydocs": 50}
+"""The runs whose dev parts the shipped thresholds were fit on together."""
 LABEL = {"squad2": "SQuAD 2.0 dev", "pydocs": "Python 3.11 docs"}
 
 
@@ -181,6 +205,31 @@ def _cache_path(args: argparse.Namespace) -> Path:
     return CACHE / name.replace(":", "_")
 
 
+def load_parts(path: Path) -> dict[str, tuple[list[DiagnosisInput], list[FailureMode]]]:
+    parts: dict[str, tuple[list[DiagnosisInput], list[FailureMode]]] = {"dev": ([], []), "test": ([], [])}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        inputs, labels = parts[r["case"]["part"]]
+        inputs.append(DiagnosisInput.model_validate(r["input"]))
+        labels.append(FailureMode(r["case"]["label"]))
+    return parts
+
+
+def joint_fit(args: argparse.Namespace) -> Thresholds | None:
+    """`search_thresholds` on the dev parts of both sources' cached inputs together (None when
+    one is not cached): what the shipped defaults must equal."""
+    inputs: list[DiagnosisInput] = []
+    labels: list[FailureMode] = []
+    for source, n in JOINT_PER_CLASS.items():
+        path = _cache_path(argparse.Namespace(**{**vars(args), "source": source, "per_class": n}))
+        if not path.exists():
+            return None
+        dev = load_parts(path)["dev"]
+        inputs += dev[0]
+        labels += dev[1]
+    return search_thresholds(inputs, labels)[0]
+
+
 def score_rows(title: str, labels: list[FailureMode], preds: list[FailureMode]) -> tuple[list[dict[str, Any]], str]:
     scores = class_scores(labels, preds)
     rows = [
@@ -228,6 +277,54 @@ def beside_squad(pydocs: list[dict[str, Any]]) -> str:
     )
 
 
+def background_tables(
+    rows: list[dict[str, Any]],
+    parts: dict[str, tuple[list[DiagnosisInput], list[FailureMode]]],
+    thresholds: Thresholds,
+) -> tuple[dict[str, Any], str]:
+    """Each served collection's measured background, and the background quantile swept on both
+    parts (the others held): where `Thresholds.background_quantile` was chosen, and what it does."""
+    seen: dict[str, BackgroundCalibration | None] = {}
+    for r in rows:
+        if r["case"]["collection"] not in seen:
+            bg = r["input"]["oracle"].get("background")
+            seen[r["case"]["collection"]] = BackgroundCalibration.model_validate(bg) if bg else None
+    keys = sorted({k for b in seen.values() if b for k in b.quantiles})
+    md = [
+        print_table(
+            "Background per served collection (best score of a chunk not holding a cloze probe's span)",
+            ["collection", "probes", *(f"q{k}" for k in keys), "floor at the chosen quantile"],
+            [
+                [name, b.probes if b else 0, *((b.quantiles.get(k, "-") if b else "-") for k in keys),
+                 round(max(thresholds.oracle, b.at(thresholds.background_quantile)), 3)
+                 if b and thresholds.background_quantile is not None else thresholds.oracle]
+                for name, b in sorted(seen.items())
+            ],
+        )
+    ]  # fmt: skip
+    sweep = []
+    for q in (None, 0.5, 0.75, 0.8, 0.85, 0.9, 0.95):
+        t = thresholds.model_copy(update={"background_quantile": q})
+        row: list[object] = ["off" if q is None else q]
+        for part in ("dev", "test"):
+            row += list(objective(class_scores(parts[part][1], predict(parts[part][0], t))))
+        sweep.append(row)
+    md.append(
+        print_table(
+            "Background quantile (other thresholds as chosen)",
+            ["quantile", "dev worst min(P, R)", "dev macro F1", "test worst min(P, R)", "test macro F1"],
+            sweep,
+        )
+    )
+    out = {
+        "collections": {n: (b.model_dump() if b else None) for n, b in seen.items()},
+        "sweep": [
+            dict(zip(("quantile", "dev_worst", "dev_f1", "test_worst", "test_f1"), r, strict=True)) for r in sweep
+        ],
+    }
+    return out, "\n".join(md)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", choices=sorted(LABEL), default="squad2", help="the injected collection")
@@ -255,8 +352,14 @@ def main() -> None:
         inputs.append(DiagnosisInput.model_validate(r["input"]))
         labels.append(FailureMode(r["case"]["label"]))
     refit, trail = search_thresholds(*parts["dev"])
-    # the Python docs are classified with the shipped thresholds (fit on the SQuAD dev part): no retuning
-    thresholds = refit if args.source == "squad2" else Thresholds()
+    thresholds = Thresholds()  # the shipped defaults: the joint fit on both sources' dev parts
+    joint = joint_fit(args)
+    joint_line = (
+        "Joint fit not recomputed (both sources' cached inputs are needed)."
+        if joint is None
+        else f"Joint fit recomputed on both dev parts: `{joint.model_dump()}`; "
+        f"equal to the shipped defaults: {'yes' if joint == thresholds else 'NO'}."
+    )
     kinds: dict[tuple[str, str], Counter[str]] = {}
     for r in rows:
         how = r["case"]["injection"]
@@ -268,12 +371,13 @@ def main() -> None:
         f"Command: `python benchmarks/diagnosis_accuracy.py{source_flag}"
         f" --per-class {args.per_class} --seed {args.seed} --sigma {args.sigma} --scorer {args.scorer}"
         f" --judge {args.judge}`  ",
-        (
-            f"Thresholds chosen on the dev part (even articles), reported on the test part (odd articles): "
-            f"`{thresholds.model_dump()}`\n"
+        "Thresholds: the shipped defaults (`Thresholds()`), chosen by `search_thresholds` on the dev parts of "
+        "both injected sets together (SQuAD 2.0 even articles, Python-docs even pages) and reported here on the "
+        f"test part: `{thresholds.model_dump()}`. {joint_line}"
+        + (
+            " Parts: dev = even articles, test = odd articles.\n"
             if args.source == "squad2"
-            else "Thresholds: the shipped defaults (`Thresholds()`, chosen on the SQuAD 2.0 dev part), not refit "
-            f"on these items: `{thresholds.model_dump()}`. Parts: dev = even pages, test = odd pages. "
+            else " Parts: dev = even pages, test = odd pages. "
             f"Corpus: {info['documents']} section passages ({info['multi_chunk_documents']} span more than one "
             f"chunk), {info.get('questions', '?')} generated questions.\n"
         ),
@@ -302,9 +406,13 @@ def main() -> None:
         "Candidates the verification rejected (the injection did not cause the failure): "
         f"{info['dropped_by_verification']}\n"
     )
-    out: dict[str, Any] = {"args": vars(args), "thresholds": thresholds.model_dump(), "info": info}
-    if args.source != "squad2":
-        out["refit_on_dev_not_shipped"] = refit.model_dump()
+    out: dict[str, Any] = {
+        "args": vars(args),
+        "thresholds": thresholds.model_dump(),
+        "joint_fit": joint.model_dump() if joint else None,
+        "info": info,
+        "refit_on_this_dev_not_shipped": refit.model_dump(),
+    }
     for part in ("test", "dev"):
         inputs, labels = parts[part]
         preds = predict(inputs, thresholds)
@@ -327,7 +435,7 @@ def main() -> None:
             f"target (>= 0.85 precision and recall, every class): {'met' if met else 'NOT met'}\n",
         ]
     variants = {
-        "chosen": thresholds,
+        "shipped": thresholds,
         "claim_support 0.5 (the harness's)": thresholds.model_copy(update={"claim_support": 0.5}),
         "claim_support 0.85 (next to the judge's verbatim maximum)": thresholds.model_copy(
             update={"claim_support": 0.85}
@@ -335,10 +443,12 @@ def main() -> None:
         "grounding off (the judge's probability alone)": thresholds.model_copy(update={"grounding": False}),
         "context_precision 0.8 (the seed's)": thresholds.model_copy(update={"context_precision": 0.8}),
         "oracle_relative 0 (absolute threshold only)": thresholds.model_copy(update={"oracle_relative": 0.0}),
+        "background off (the absolute oracle threshold alone)": thresholds.model_copy(
+            update={"background_quantile": None}
+        ),
         "seed-like start of the search": SEARCH_START,
     }
-    if args.source != "squad2":
-        variants["refit on this source's dev part (not shipped)"] = refit
+    variants["refit on this source's dev part alone (not shipped)"] = refit
     sens = []
     for name, t in variants.items():
         sc = class_scores(parts["test"][1], predict(parts["test"][0], t))
@@ -350,11 +460,13 @@ def main() -> None:
     ]
     md.append(
         print_table(
-            "Sensitivity (test part, one threshold changed from the chosen set)",
+            "Sensitivity (test part, one threshold changed from the shipped set)",
             ["variant", "worst min(P, R)", "macro F1", "weakest class"],
             sens,
         )
     )
+    out["background"], bg_md = background_tables(rows, parts, thresholds)
+    md.append(bg_md)
     latencies = [i.oracle.latency_ms / 1000.0 for ins, _ in parts.values() for i in ins]
     lat = percentiles_ms(latencies)
     cands = [len(i.oracle.candidates) for ins, _ in parts.values() for i in ins]
