@@ -240,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         for k, v, d in (("chars", args.chars, 1_000_000), ("stride", args.stride, 8), ("rounds", args.rounds, 2))
         if v != d
     )
-    md = f"Command: `nice -n 10 .venv/bin/python benchmarks/ingest_throughput.py{flags}`"
+    niceness = os.nice(0)
+    prefix = f"nice -n {niceness} " if niceness else ""
+    md = f"Command: `{prefix}.venv/bin/python benchmarks/ingest_throughput.py{flags}`"
     md += f" (load average 1/5/15 at the end: {machine()['load_average_1_5_15']})"
     md += "\n\n" + print_table(
         f"Ingest of the first {chars:,} characters of the Python 3.11 docs ({new['chunks']} chunks, "
