@@ -21,6 +21,18 @@ Not off-policy: lowering τL (it would serve answers nobody has seen: their corr
 imputed), and any candidate that changes more than the gate's two thresholds (a raise also drops
 chunks graded below the new τL from the context of answers that still pass; the golden check
 answers with the candidate itself, so that part is measured there). Those take the experiment path.
+
+**Retrieval refits** (`ragloop.improve.remediation.ranking`: retrieval mode, fusion / rerank weight,
+a larger top k) are the same case for the retrieval stage. Retrieval is deterministic given the
+index, so what the candidate retrieves for every diagnosed query is replayed exactly; the refit
+measured, cross-fitted (weights chosen on one fold, gain taken on the other) with a bootstrap
+interval, whether the oracle chunks of the ranking failures come into reach. An experiment at the
+simulation's traffic could not resolve that (see above), and from a degraded start (top-k 2) every
+such candidate ended inconclusive. The refit sees failures only, so its gain says nothing about the
+answers that were right; that is exactly what the golden check measures end to end (document recall
+and answer correctness gates, the candidate answering). Such a candidate goes current on the golden
+check when it changes only retrieval's mode, fusion, rerank weight or k, was built on the current
+version, every changed part's interval in its `ranking_refit` entry lies above 0, and k only rises.
 """
 
 from __future__ import annotations
@@ -37,6 +49,14 @@ if TYPE_CHECKING:
 REFIT_ACTION = "threshold_refit"
 """The audit entry the τL refit writes (`ragloop.improve.remediation.thresholds`), evidence `fit`."""
 GATE_KEYS = frozenset({("agent", "tau_lower"), ("agent", "tau_upper")})
+RETRIEVAL_REFIT_ACTION = "ranking_refit"
+"""The audit entry of the retrieval refit (`ragloop.improve.remediation.ranking`), evidence `fit`
+(mode / fusion / rerank, `held_out_gain`) and `top_k` (`gain`)."""
+FUSION_KEYS = frozenset(
+    {("retrieval", "mode"), ("retrieval", "fusion", "method"), ("retrieval", "fusion", "dense_weight")}
+    | {("retrieval", "rerank", "weight")}
+)
+K_KEY = ("retrieval", "k")
 
 
 def _paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -46,6 +66,54 @@ def _paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[s
     return out
 
 
+def _refit_entry(store: Store, action: str, candidate: str) -> tuple[str, dict[str, Any]] | None:
+    """The latest refit audit entry of `action` that registered `candidate`: (log id, evidence)."""
+    from ragloop.store.models import ImprovementAuditLog
+
+    stmt = (
+        select(ImprovementAuditLog)
+        .where(ImprovementAuditLog.action_type == action, ImprovementAuditLog.pipeline_version_after == candidate)
+        .order_by(ImprovementAuditLog.created_at.desc())
+        .limit(1)
+    )
+    with store.db.transaction(write=False) as s:
+        row = s.scalar(stmt)
+        return None if row is None else (row.log_id, dict(row.evidence or {}))
+
+
+def _lower_bound(fit: Any, key: str) -> float:
+    value = fit.get(key) if isinstance(fit, Mapping) else None
+    lo = value.get("lo") if isinstance(value, Mapping) else None
+    return float(lo) if isinstance(lo, int | float) else math.nan
+
+
+def retrieval_evidence(
+    store: Store, current: PipelineVersion, candidate: PipelineVersion, diff: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The retrieval refit's evidence that lets `candidate` skip the live experiment, or None: it
+    changes only retrieval's mode / fusion / rerank weight / k, was built on `current`, k (if changed)
+    rises, and each changed part's gain interval (fusion: `fit.held_out_gain`, k: `top_k.gain`) lies
+    above 0."""
+    paths = _paths(diff) if diff else set()
+    if candidate.parent_version_id != current.version_id or not paths or paths - FUSION_KEYS - {K_KEY}:
+        return None
+    entry = _refit_entry(store, RETRIEVAL_REFIT_ACTION, candidate.version_id)
+    if entry is None:
+        return None
+    log_id, evidence = entry
+    fit, top_k = evidence.get("fit") or {}, evidence.get("top_k") or {}
+    if paths & FUSION_KEYS and not _lower_bound(fit, "held_out_gain") > 0.0:
+        return None
+    if K_KEY in paths:
+        k_now = ((current.config or {}).get("retrieval") or {}).get("k")
+        k_new = (diff.get("retrieval") or {}).get("k")
+        if not (isinstance(k_now, int) and isinstance(k_new, int) and k_new > k_now):
+            return None
+        if not (_lower_bound(top_k, "gain") > 0.0 and top_k.get("current") == k_now):
+            return None
+    return {"refit_log_id": log_id, "fit": fit, "top_k": top_k}
+
+
 def off_policy_evidence(
     store: Store, current: PipelineVersion, candidate: PipelineVersion, diff: Mapping[str, Any]
 ) -> dict[str, Any] | None:
@@ -53,24 +121,14 @@ def off_policy_evidence(
     candidate's changes against `current` (`auto.changes`). Needs: the candidate was built on
     `current`, changes only τL / τU, raises τL, and its refit says the gain's 95% lower bound is above
     0 on outcomes the labels give (`fit.off_policy`)."""
-    from ragloop.store.models import ImprovementAuditLog
-
+    if diff and not _paths(diff) & GATE_KEYS:
+        return retrieval_evidence(store, current, candidate, diff)
     if candidate.parent_version_id != current.version_id or not diff or _paths(diff) - GATE_KEYS:
         return None
-    stmt = (
-        select(ImprovementAuditLog)
-        .where(
-            ImprovementAuditLog.action_type == REFIT_ACTION,
-            ImprovementAuditLog.pipeline_version_after == candidate.version_id,
-        )
-        .order_by(ImprovementAuditLog.created_at.desc())
-        .limit(1)
-    )
-    with store.db.transaction(write=False) as s:
-        row = s.scalar(stmt)
-        if row is None:
-            return None
-        log_id, evidence = row.log_id, dict(row.evidence or {})
+    entry = _refit_entry(store, REFIT_ACTION, candidate.version_id)
+    if entry is None:
+        return None
+    log_id, evidence = entry
     fit = evidence.get("fit") or {}
     tau_now = ((current.config or {}).get("agent") or {}).get("tau_lower", math.nan)
     try:

@@ -246,3 +246,31 @@ def test_a_threshold_action_fits_tau_from_the_collections_diagnosed_answers(stor
     assert 0.15 < row.config["agent"]["tau_lower"] <= 0.22
     [refit] = store.audit.timeline(action_type="threshold_refit")
     assert refit.evidence["fit"]["n"] == 120 and refit.evidence["fit"]["lo"] > 0
+
+
+def test_the_default_buffer_refits_at_a_dozen_tuples(
+    store: Store, coll: Collection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refit's own interval decides; the buffer only waits for a few queries per fold. At the
+    old 50 it never filled in a simulated week (about 3 ranking diagnoses a day from a degraded
+    start), so the top-k / mode refit never ran."""
+    monkeypatch.setattr(
+        ranking, "fit_fusion", lambda *_a, **_k: ranking.FusionFit("dense", 0.4, None, 0.3, 0.3, 0.0, -0.1, 0.1, 12, [])
+    )
+    ctx = context(store, coll, ManualClock())
+    sched = Scheduler(ctx)
+    for i in range(12):
+        answer_id = _ranking_failure(store, f"question {i}?", f"chunk-{i}", rank=3)
+        store.improvement_actions.propose(
+            ActionKind.RANKING_BUFFER.value,
+            "ranking_buffer:kb",
+            K1.version_id,
+            domain="kb",
+            answer_ids=[answer_id],
+            evidence={"confidence": 0.9},
+            payload={"collection": "kb"},
+        )
+        [step] = sched.run()
+        if i < 11:
+            assert step.outcome is Outcome.NOT_READY and step.detail == f"ranking buffer {i + 1}/12"
+    assert step.outcome is Outcome.APPLIED

@@ -137,7 +137,12 @@ class RemediationSettings(_Frozen):
     """A re-chunked document's size: current size x this (the seed's 512 -> 800)."""
     rechunk_overlap_share: float = Field(default=0.25, ge=0.0, lt=1.0)
     """...and its overlap: this share of the new size (the seed's 200 of 800)."""
-    ranking_buffer_size: int = Field(default=50, ge=2)
+    ranking_buffer_size: int = Field(default=12, ge=2)
+    """Tuples the ranking buffer waits for before its refit. The refit decides on its own cross-fitted
+    bootstrap interval (folds of alternate queries), so the count only has to give each fold a few
+    queries. At 50 the buffer never filled in a simulated week: a ranking tuple needs a completed
+    diagnosis, which needs an ideal answer (a reviewer's or user's correction, a golden reference),
+    and the degraded SQuAD arm (dense, top-k 2) produced about 3 ranking diagnoses a day."""
     ranking_depth: int = Field(default=100, ge=1)
     """How deep the refit looks for an oracle chunk (reciprocal rank 0 below it)."""
     paraphrases: bool = True
