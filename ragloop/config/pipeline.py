@@ -8,6 +8,7 @@ YAML text a user happened to write.
 from __future__ import annotations
 
 import fnmatch
+import glob
 import hashlib
 import json
 from pathlib import Path
@@ -52,6 +53,21 @@ class ChunkingConfig(_Knobs):
         size, overlap = self.size, self.overlap
         for o in self.overrides:
             if fnmatch.fnmatch(doc_id, o.glob):
+                size = o.size or size
+                overlap = o.overlap if o.overlap is not None else overlap
+        return size, min(overlap, size - 1)
+
+    def for_record(self, rel: str, doc_id: str) -> tuple[int, int]:
+        """(size, overlap) for document `doc_id` of file `rel`: the file's, then an override naming
+        the document itself (literally, as `glob.escape(doc_id)`) wins. A record of a multi-record
+        file (JSON lines: doc id `rel#record`) can so be re-chunked alone; a pattern that only
+        matches the record's id (`*` against `data.jsonl#7`) does not count twice."""
+        size, overlap = self.for_document(rel)
+        if doc_id == rel:
+            return size, overlap
+        literal = glob.escape(doc_id)
+        for o in self.overrides:
+            if o.glob == literal:
                 size = o.size or size
                 overlap = o.overlap if o.overlap is not None else overlap
         return size, min(overlap, size - 1)

@@ -102,7 +102,13 @@ SEMANTIC_VERSION_KEY = "semantic_expansions_version"
 
 @dataclass(frozen=True)
 class DocumentOverride:
-    """Chunking of one source file (path as registered), set by a re-chunk remediation."""
+    """Chunking of one document, set by a re-chunk remediation.
+
+    `rel` is the document's id: the path as registered for a single-document file (the override
+    applies to the whole file), or `path#record` for one record of a multi-record file (JSON lines,
+    a JSON list), exactly the doc id its chunks carry, so the `document_overrides` table needs no
+    second key column. `ChunkingConfig.for_record` applies a record's override to that record only;
+    `ragloop.retrieval.rechunk` refuses an id that is both a registered path and a record's id."""
 
     rel: str
     size: int
@@ -221,7 +227,8 @@ class Registry:
     def chunking_for(
         self, base: ChunkingConfig, overrides: dict[str, DocumentOverride] | None = None
     ) -> ChunkingConfig:
-        """`base` with this collection's per-document overrides (or `overrides`) appended, so they win."""
+        """`base` with this collection's per-document overrides (or `overrides`) appended, so they win
+        (sorted by id, so a file's override comes before its records' `path#record` ones)."""
         found = self.document_overrides() if overrides is None else overrides
         extra = tuple(
             ChunkOverride(glob=glob.escape(o.rel), size=o.size, overlap=o.overlap)

@@ -7,7 +7,9 @@ hashed; only a changed hash (or changed chunking) loads and re-chunks it.
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,8 +52,17 @@ class IngestPlan:
 
 
 def chunk_fingerprint(chunking: ChunkingConfig, rel: str, index_fingerprint: str) -> str:
+    """What the file's chunks depend on: its size/overlap and any override naming one of its
+    records (`rel#record`, see `ChunkingConfig.for_record`). A file without record overrides keeps
+    the fingerprint it always had, so adding them re-chunks nothing else."""
     size, overlap = chunking.for_document(rel)
     raw = f"{index_fingerprint}|{size}|{overlap}|{chunking.min_size}"
+    prefix = glob.escape(rel) + "#"
+    records = [
+        (o.glob, o.size, o.overlap) for o in chunking.overrides if o.glob.startswith(prefix)
+    ]  # in order: last wins
+    if records:
+        raw += "|" + json.dumps(records)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -119,9 +130,8 @@ def load_chunks(
 ) -> tuple[list[LoadedDocument], list[Chunk]]:
     """Load and chunk one file exactly as an ingest does (the upload check runs this too, so a file
     it accepts is one the ingest keeps). Raises LoaderError: the reason the file is skipped."""
-    size, overlap = chunking.for_document(rel)
     docs = load_file(path, root, max_bytes=max_bytes)
-    chunks = [c for d in docs for c in chunk_document(d, size, overlap, chunking.min_size)]
+    chunks = [c for d in docs for c in chunk_document(d, *chunking.for_record(rel, d.doc_id), chunking.min_size)]
     if not chunks:
         raise LoaderError("no text to index after cleaning")
     return docs, chunks

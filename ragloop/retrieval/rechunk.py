@@ -1,9 +1,13 @@
-"""Re-chunk one source file of a collection as a new index generation.
+"""Re-chunk one document of a collection as a new index generation.
 
 The chunking remediation's mechanism (and its revert, which re-chunks with the previous override):
-only the file's chunks change, in place in the chunk order; every other chunk keeps its vector.
-The file's size/overlap is recorded as a per-document override in the registry, so later ingests
-keep it without touching the collection's index fingerprint.
+only the document's chunks change, in place in the chunk order; every other chunk keeps its id and
+vector. The document is named by its doc id: for a single-document file that is the file's path,
+so the whole file is re-chunked; for one record of a multi-record file (JSON lines, a JSON list:
+doc id `path#record`) only that record is, so a fix meant for one MTRAG-UN passage no longer
+re-chunks the 858 others stored in the same file. The size/overlap is recorded as a per-document
+override in the registry under that same id (`ChunkingConfig.for_record`), so later ingests keep
+it without touching the collection's index fingerprint.
 
 Atomic like an ingest (`Collection.publish`): the generation is stored whole, then the override,
 the file's registry row and the generation pointer change in one registry transaction. Anything
@@ -19,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +43,9 @@ from ragloop.retrieval.store import IndexSpec, index_text
 @dataclass(frozen=True)
 class RechunkResult:
     rel: str
+    """The source file."""
+    doc_id: str
+    """The document re-chunked (and the override's key): `rel` itself, or one record `rel#record`."""
     generation_before: int
     generation_after: int
     override_before: DocumentOverride | None
@@ -54,6 +62,20 @@ def source_of(collection: Collection, doc_id: str) -> str:
         if ch.doc_id == doc_id:
             return _source(ch)
     raise CollectionError(f"no document {doc_id!r} in collection {collection.name!r}")
+
+
+def _file_of(collection: Collection, doc_id: str, files: Iterable[str]) -> str:
+    """The file `doc_id` names (itself) or the file holding it as a record. A doc id that is both a
+    registered path and a record of another file (`a.jsonl` record `b.md` next to a file named
+    `a.jsonl#b.md`) is refused: an override under it would apply to both."""
+    holders = {_source(ch) for ch in collection.load().chunks if ch.doc_id == doc_id}
+    if doc_id in set(files):
+        holders.add(doc_id)
+    if len(holders) > 1:
+        raise CollectionError(f"document id {doc_id!r} is ambiguous in {collection.name!r}: {sorted(holders)}")
+    if not holders:
+        raise CollectionError(f"no document {doc_id!r} in collection {collection.name!r}")
+    return holders.pop()
 
 
 def _source_root(collection: Collection, rel: str, registered: Path, stack: ExitStack) -> Path:
@@ -90,39 +112,52 @@ def _known_vectors(collection: Collection, generations: list[int], headings: boo
 
 
 def rechunk_document(
-    collection: Collection, rel: str, override: DocumentOverride | None, config: PipelineConfig
+    collection: Collection, doc_id: str, override: DocumentOverride | None, config: PipelineConfig
 ) -> RechunkResult:
-    """Re-chunk source file `rel` with `override` (None: the config's own chunking for it), as one
-    new generation. `config` must be the pipeline the collection was indexed with."""
+    """Re-chunk document `doc_id` with `override` (None: the config's own chunking for it), as one
+    new generation. `doc_id` is a registered file's path (the whole file, every record of a
+    multi-record one) or one record's doc id `path#record` (that record alone); the override is
+    stored under it. `config` must be the pipeline the collection was indexed with."""
+    if override is not None and override.rel != doc_id:
+        raise ValueError(f"override for {override.rel!r} given to re-chunk {doc_id!r}")
     with collection.exclusive(), ExitStack() as stack:
         registry = collection.registry
         fingerprint = config.index_fingerprint()
         if registry.get_state("fingerprint") != fingerprint:
             raise CollectionError(f"collection {collection.name!r} was not indexed with this pipeline config")
-        record = registry.files().get(rel)
+        files = registry.files()
+        rel = _file_of(collection, doc_id, files)
+        record = files.get(rel)
         if record is None:
             raise CollectionError(f"not in collection {collection.name!r}: {rel}")
+        whole = doc_id == rel  # the file itself, else one of its records
         root = _source_root(collection, rel, Path(record.root), stack)
         path = root / rel
         if _file_hash(path) != record.content_hash:
             raise CollectionError(f"{rel} changed on disk since it was indexed: re-ingest it instead")
         overrides = registry.document_overrides()
-        before = overrides.get(rel)
+        before = overrides.get(doc_id)
         if override is None:
-            overrides.pop(rel, None)
+            overrides.pop(doc_id, None)
         else:
-            overrides[rel] = override
+            overrides[doc_id] = override
         chunking = registry.chunking_for(config.chunking, overrides)
-        size, overlap = chunking.for_document(rel)
         docs = load_file(path, root, max_bytes=collection.settings.max_file_bytes)
-        fresh = [_with_source(c, rel) for d in docs for c in chunk_document(d, size, overlap, chunking.min_size)]
+        targets = docs if whole else [d for d in docs if d.doc_id == doc_id]
+        if not targets:
+            raise CollectionError(f"{rel} no longer holds record {doc_id!r}: re-ingest it instead")
+        fresh = [
+            _with_source(c, rel)
+            for d in targets
+            for c in chunk_document(d, *chunking.for_record(rel, d.doc_id), chunking.min_size)
+        ]
         if not fresh:
-            raise CollectionError(f"{rel} has no text to index after cleaning")
+            raise CollectionError(f"{doc_id} has no text to index after cleaning")
 
         old_gen = collection.generation()
         cur = collection.load()
         m = cur.manifest
-        mine = [i for i, ch in enumerate(cur.chunks) if _source(ch) == rel]
+        mine = [i for i, ch in enumerate(cur.chunks) if _source(ch) == rel and (whole or ch.doc_id == doc_id)]
         at = mine[0] if mine else len(cur.chunks)
         mine_set = set(mine)
         kept = [i for i in range(len(cur.chunks)) if i not in mine_set]
@@ -145,12 +180,13 @@ def rechunk_document(
         vectors = np.concatenate(
             [old_vectors[head].reshape(-1, m.dim), new_vectors, old_vectors[tail].reshape(-1, m.dim)]
         )
+        n_file = sum(1 for ch in chunks if _source(ch) == rel)
 
         new_gen = old_gen + 1
 
         def changes(txn: RegistryTxn) -> None:
             if override is None:
-                txn.clear_document_override(rel)
+                txn.clear_document_override(doc_id)
             else:
                 txn.set_document_override(override)
             txn.upsert_file(
@@ -158,7 +194,7 @@ def rechunk_document(
                     record,
                     fingerprint=chunk_fingerprint(chunking, rel, fingerprint),
                     n_docs=len(docs),
-                    n_chunks=len(fresh),
+                    n_chunks=n_file,
                     ingested_at=time.time(),
                 )
             )
@@ -166,6 +202,7 @@ def rechunk_document(
         collection.publish(new_gen, chunks, vectors, IndexSpec.of(m), changes)
         return RechunkResult(
             rel=rel,
+            doc_id=doc_id,
             generation_before=old_gen,
             generation_after=new_gen,
             override_before=before,

@@ -1,8 +1,11 @@
 """Per-document re-chunk (chunking failures): the document whose supporting passage straddles a
 chunk boundary is re-chunked alone, with a larger size and overlap (x `rechunk_growth`, overlap
 `rechunk_overlap_share` of the size: the seed's 512 -> 800/200), recorded as its registry
-override and indexed as a new generation (`ragloop.retrieval.rechunk`). Revert re-chunks it with
-the previous override, reusing the previous vectors: the same chunks, ids and vectors as before."""
+override and indexed as a new generation (`ragloop.retrieval.rechunk`). The document is the one
+the diagnosis named (`payload.doc_id`): a whole file when the file is one document, one record
+when the file holds many (a JSONL corpus), so the rest of that corpus keeps its chunks and vectors.
+Revert re-chunks it with the previous override, reusing the previous vectors: the same chunks, ids
+and vectors as before."""
 
 from __future__ import annotations
 
@@ -49,33 +52,38 @@ class RechunkAction(Remediation[RechunkPayload]):
         return group_for(ctx, p.collection, questions, passages=(sentence,))
 
     def target(self, ctx: RemediationContext, rel: str) -> DocumentOverride:
+        """The larger chunking for the payload's document `doc_id`, held in source file `rel`."""
         p = self.payload
         coll = ctx.collections(p.collection)
-        size, overlap = coll.registry.chunking_for(ctx.config.chunking).for_document(rel)
+        size, overlap = coll.registry.chunking_for(ctx.config.chunking).for_record(rel, p.doc_id)
         new_size = p.size or max(size + 1, round(size * ctx.settings.rechunk_growth))
         new_overlap = (
             p.overlap if p.overlap is not None else max(overlap, round(new_size * ctx.settings.rechunk_overlap_share))
         )
         return DocumentOverride(
-            rel=rel, size=new_size, overlap=min(new_overlap, new_size - 1), source=f"action:{self.spec.action_id}"
+            rel=p.doc_id,
+            size=new_size,
+            overlap=min(new_overlap, new_size - 1),
+            source=f"action:{self.spec.action_id}",
         )
 
     def apply(self, ctx: RemediationContext) -> AppliedChange:
         coll = ctx.collections(self.payload.collection)
-        rel = source_of(coll, self.payload.doc_id)
-        override = self.target(ctx, rel)
-        r = rechunk_document(coll, rel, override, ctx.config)
+        doc_id = self.payload.doc_id
+        override = self.target(ctx, source_of(coll, doc_id))
+        r = rechunk_document(coll, doc_id, override, ctx.config)
         before = r.override_before
         return AppliedChange(
             kind=self.kind,
             effect=self.effect,
             summary=(
-                f"re-chunked {rel} at size {override.size}/overlap {override.overlap}: "
+                f"re-chunked {doc_id} at size {override.size}/overlap {override.overlap}: "
                 f"{len(r.chunk_ids_before)} -> {len(r.chunk_ids_after)} chunks, generation "
                 f"{r.generation_before} -> {r.generation_after}"
             ),
             revert={
-                "rel": rel,
+                "rel": r.rel,
+                "doc_id": doc_id,
                 "override_before": None
                 if before is None
                 else {"size": before.size, "overlap": before.overlap, "source": before.source},
@@ -88,11 +96,12 @@ class RechunkAction(Remediation[RechunkPayload]):
 
     def revert(self, ctx: RemediationContext, change: AppliedChange) -> None:
         coll = ctx.collections(self.payload.collection)
-        rel = str(change.revert["rel"])
+        # changes applied before record-level re-chunks carry only the file ("rel"), which they re-chunked whole
+        doc_id = str(change.revert.get("doc_id") or change.revert["rel"])
         prev = change.revert.get("override_before")
         override = (
             None
             if prev is None
-            else DocumentOverride(rel=rel, size=prev["size"], overlap=prev["overlap"], source=prev["source"])
+            else DocumentOverride(rel=doc_id, size=prev["size"], overlap=prev["overlap"], source=prev["source"])
         )
-        rechunk_document(coll, rel, override, ctx.config)
+        rechunk_document(coll, doc_id, override, ctx.config)
