@@ -12,6 +12,8 @@ import time
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from ragloop.improve.simulation.service import fresh_postgres
+
 
 def database_url(admin_url: str, database: str) -> str:
     return make_url(admin_url).set(database=database).render_as_string(hide_password=False)
@@ -21,13 +23,7 @@ def fresh_state(admin_url: str, database: str, redis_url: str) -> str:
     """Drop and create the service database, empty the Redis db; returns the database URL."""
     import redis
 
-    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
-            conn.execute(text(f'CREATE DATABASE "{database}"'))
-    finally:
-        engine.dispose()
+    fresh_postgres(admin_url, database, "")
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()
     return database_url(admin_url, database)

@@ -32,7 +32,7 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -84,12 +84,7 @@ class OneSessionEmbedder(OnnxMiniLMEmbedder):
         self.budget = budget
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        saved = emb.BATCH_TOKENS
-        emb.BATCH_TOKENS = self.budget
-        try:
-            return super().embed(texts)
-        finally:
-            emb.BATCH_TOKENS = saved
+        return _with_budget(self.budget, super().embed, texts)
 
 
 class ParallelEmbedder(OnnxMiniLMEmbedder):
@@ -100,12 +95,17 @@ class ParallelEmbedder(OnnxMiniLMEmbedder):
         self.budget = budget
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        saved = emb.BATCH_TOKENS
-        emb.BATCH_TOKENS = self.budget
-        try:
-            return super().embed(texts)
-        finally:
-            emb.BATCH_TOKENS = saved
+        return _with_budget(self.budget, super().embed, texts)
+
+
+def _with_budget(budget: int, embed: Callable[[Sequence[str]], np.ndarray], texts: Sequence[str]) -> np.ndarray:
+    """`embed` with the package's token cap set to `budget` for the call."""
+    saved = emb.BATCH_TOKENS
+    emb.BATCH_TOKENS = budget
+    try:
+        return embed(texts)
+    finally:
+        emb.BATCH_TOKENS = saved
 
 
 def run_ingest(
