@@ -47,6 +47,7 @@ from typing import Any
 import httpx
 import numpy as np
 from _common import BENCH_HOME, REPO, machine, print_table, write_results
+from _scaling_db import drain
 
 from ragloop.config import PipelineConfig, Settings
 from ragloop.evaluation.datasets import MtragTask, load_mtrag
@@ -220,20 +221,6 @@ async def run_level(
         done.set()
         await sampler
     return level
-
-
-def wait_drained(timeout: float) -> float:
-    """Seconds until no tier-1/tier-2 job is queued or leased (or the timeout)."""
-    from ragloop.store import Store
-
-    t0 = time.monotonic()
-    with Store.open(f"sqlite:///{LOAD_HOME / 'ragloop.db'}", migrate=False) as store:
-        while time.monotonic() - t0 < timeout:
-            tiers = store.queue.stats().by_tier
-            if all(tiers.get(t, {}).get(s, 0) == 0 for t in ("heuristic", "llm_judge") for s in ("queued", "leased")):
-                break
-            time.sleep(0.5)
-    return time.monotonic() - t0
 
 
 def audit(served: list[str]) -> dict[str, Any]:
@@ -443,7 +430,7 @@ def main() -> None:
                 f"errors {row['error_rate']:.2%}, lag max {row['eval_lag_max_s']} s",
                 flush=True,
             )
-        drained_s = wait_drained(args.drain_timeout)
+        drained_s = drain(f"sqlite:///{LOAD_HOME / 'ragloop.db'}", args.drain_timeout)
         print(f"evaluation queue drained {drained_s:.1f} s after the last request", flush=True)
     finally:
         codes = {"serve": stop(server), **{f"worker{i}": stop(w) for i, w in enumerate(workers)}}

@@ -81,6 +81,20 @@ def _ranking_failure(store: Store, question: str, chunk_id: str, rank: int) -> s
     return answer.answer_id
 
 
+def _buffer(store: Store, answer_id: str, payload: dict[str, object]) -> None:
+    """Propose the ranking-buffer action for `answer_id`, as the diagnosis pass does (later failures
+    join the one action per collection and pipeline version)."""
+    store.improvement_actions.propose(
+        ActionKind.RANKING_BUFFER.value,
+        "ranking_buffer:kb",
+        K1.version_id,
+        domain="kb",
+        answer_ids=[answer_id],
+        evidence={"confidence": 0.9},
+        payload=payload,
+    )
+
+
 def test_the_buffer_fills_with_the_actions_answers_and_refits_into_a_candidate(
     store: Store, coll: Collection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,15 +112,7 @@ def test_the_buffer_fills_with_the_actions_answers_and_refits_into_a_candidate(
     def fail(i: int) -> str:
         # one ranking action per collection and pipeline version: later failures join it
         answer_id = _ranking_failure(store, f"question {i}?", f"chunk-{i}", rank=3 + i)
-        store.improvement_actions.propose(
-            ActionKind.RANKING_BUFFER.value,
-            "ranking_buffer:kb",
-            K1.version_id,
-            domain="kb",
-            answer_ids=[answer_id],
-            evidence={"confidence": 0.9},
-            payload={"collection": "kb", "question": f"question {i}?", "chunk_ids": [f"chunk-{i}"]},
-        )
+        _buffer(store, answer_id, {"collection": "kb", "question": f"question {i}?", "chunk_ids": [f"chunk-{i}"]})
         return answer_id
 
     fail(0)
@@ -261,15 +267,7 @@ def test_the_default_buffer_refits_at_a_dozen_tuples(
     sched = Scheduler(ctx)
     for i in range(12):
         answer_id = _ranking_failure(store, f"question {i}?", f"chunk-{i}", rank=3)
-        store.improvement_actions.propose(
-            ActionKind.RANKING_BUFFER.value,
-            "ranking_buffer:kb",
-            K1.version_id,
-            domain="kb",
-            answer_ids=[answer_id],
-            evidence={"confidence": 0.9},
-            payload={"collection": "kb"},
-        )
+        _buffer(store, answer_id, {"collection": "kb"})
         [step] = sched.run()
         if i < 11:
             assert step.outcome is Outcome.NOT_READY and step.detail == f"ranking buffer {i + 1}/12"
