@@ -23,10 +23,11 @@ experiments) does at most one of:
      correctness, document recall, refusals: `regression.GATES`; answer F1 is reported, not a gate)
      regresses by the nightly regression's own rule (`regression.compare_paired`: a relative drop
      > 2% *and* a paired 95% interval below 0). Refused → audited (`auto_experiment_refused`), never tried again;
-   - passed, and the candidate is a τL raise whose gain the refit measured on labelled traffic
-     (`off_policy`, on by default) → **promoted** directly in the maintenance window
-     (`via=remediation`, audited with the refit's and the golden check's evidence): the traffic has
-     already answered the question an experiment would ask, see `ragloop.experiments.off_policy`;
+   - passed, and the candidate's gain was already measured (`off_policy`, on by default: a τL raise
+     or a retrieval refit on labelled traffic, an answer-graph variant by its golden trial) →
+     **promoted** directly in the maintenance window (`via=remediation`, audited with that evidence
+     and the golden check's): the question an experiment would ask is already answered, see
+     `ragloop.experiments.off_policy`;
    - passed → an **experiment** with the service's defaults (`AutoExperimentSettings`: traffic split,
      minimum sample, minimum duration on the loop's clock, primary metric, guardrails), audited
      (`auto_experiment_start`) with the golden evidence. The existing aggregation decides it.
@@ -109,7 +110,8 @@ class AutoExperimentSettings:
     """A live experiment undecided after this long is stopped (inconclusive) to free the slot; 0: never."""
     require_approval: bool = False
     off_policy: bool = True
-    """A τL raise measured on labelled traffic goes current on the golden check (`off_policy`)."""
+    """A candidate whose gain was already measured (τL raise, retrieval refit, answer-graph trial) goes
+    current on the golden check (`ragloop.experiments.off_policy`)."""
     golden_threshold: float = THRESHOLD
     golden_limit: int = 200
     """At most this many working-set entries per golden check (each is answered twice)."""
@@ -293,6 +295,13 @@ def _off_policy(store: Store, current: PipelineVersion, cand: PipelineVersion) -
     return off_policy_evidence(store, current, cand, diff)
 
 
+_MEASURED = {
+    "tau_raise": "off-policy gain on labelled traffic",
+    "retrieval_refit": "cross-fitted retrieval gain on diagnosed traffic",
+    "answer_trial": "golden-trial correctness gain",
+}
+
+
 def _promote_off_policy(
     store: Store,
     current: PipelineVersion,
@@ -308,7 +317,8 @@ def _promote_off_policy(
         store.pipelines.activate(
             cand.version_id,
             actor=actor,
-            reason=f"off-policy gain on labelled traffic and golden check passed: {cand.description or ''}"[:200],
+            reason=f"{_MEASURED.get(str(off.get('route')), 'measured gain')} and golden check passed: "
+            f"{cand.description or ''}"[:200],
             evidence=evidence,
             via=PromotedVia.REMEDIATION.value,
             expected_current=current.version_id,

@@ -1,5 +1,6 @@
-"""Candidates whose gain was measured on the traffic itself: a τL raise goes current on the golden
-check, without a live experiment.
+"""Candidates whose gain was already measured go current on the golden check, without a live
+experiment: a τL raise and a retrieval refit measured on the traffic itself, an answer-graph variant
+measured by its golden trial.
 
 Why. At a few dozen rated answers a day (the simulation's 60 turns, 30% rated) a 50/50 experiment
 sees about 9 ratings per arm per day; after its 3-day maximum the always-valid interval on
@@ -33,6 +34,19 @@ answers that were right; that is exactly what the golden check measures end to e
 and answer correctness gates, the candidate answering). Such a candidate goes current on the golden
 check when it changes only retrieval's mode, fusion, rerank weight or k, was built on the current
 version, every changed part's interval in its `ranking_refit` entry lies above 0, and k only rises.
+
+**Answer-graph candidates** (`ragloop.improve.remediation.prompts`: a prompt variant, knowledge
+refinement on/off, the answer's sentence cap) were measured end to end by their trial: every variant
+and the serving config answered the same working golden entries, and the chosen variant's paired
+correctness gain has a bootstrap interval above 0 at a Bonferroni-corrected level (0.05 over two
+tests per variant tried), so picking the best of several variants is paid for. At the simulation's
+traffic an experiment on `user_rating` cannot resolve the 10-15 point gains at stake (MTRAG-UN:
+refinement off, `benchmarks/results/loop_knobs.md`), so such a candidate goes current on the golden
+check when it changes only those knobs, was built on the current version, and its trial entry says
+it qualified by correctness (not by faithfulness alone). Said plainly: the golden check then runs on
+the same working entries the trial used; it is a second look at the gates the trial does not test
+(refusals of unanswerable entries, document recall), not an independent replication; the nightly
+regression watches the version afterwards like every current one.
 """
 
 from __future__ import annotations
@@ -57,6 +71,9 @@ FUSION_KEYS = frozenset(
     | {("retrieval", "rerank", "weight")}
 )
 K_KEY = ("retrieval", "k")
+TRIAL_ACTION = "prompt_trial"
+"""The audit entry of the answer-graph trial (`ragloop.improve.remediation.prompts`), evidence `trial`."""
+ANSWER_KEYS = frozenset({("agent", "prompt_version"), ("agent", "refine"), ("agent", "max_answer_sentences")})
 
 
 def _paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -111,17 +128,55 @@ def retrieval_evidence(
             return None
         if not (_lower_bound(top_k, "gain") > 0.0 and top_k.get("current") == k_now):
             return None
-    return {"refit_log_id": log_id, "fit": fit, "top_k": top_k}
+    return {"route": "retrieval_refit", "refit_log_id": log_id, "fit": fit, "top_k": top_k}
+
+
+def trial_evidence(
+    store: Store, current: PipelineVersion, candidate: PipelineVersion, diff: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The answer-graph trial's evidence that lets `candidate` skip the live experiment, or None: it
+    changes only the prompt variant / refinement / sentence cap, was built on `current`, and the trial
+    that registered it chose a variant whose correctness gain exceeds the trial's `min_gain` with its
+    (corrected) interval above 0, with exactly the overrides the candidate carries."""
+    paths = _paths(diff) if diff else set()
+    if candidate.parent_version_id != current.version_id or not paths or paths - ANSWER_KEYS:
+        return None
+    entry = _refit_entry(store, TRIAL_ACTION, candidate.version_id)
+    if entry is None:
+        return None
+    log_id, evidence = entry
+    trial = evidence.get("trial") or {}
+    chosen = next((v for v in trial.get("variants") or [] if v.get("version") == trial.get("chosen")), None)
+    if not isinstance(chosen, Mapping) or _paths(chosen.get("overrides") or {}) != paths:
+        return None
+    try:
+        gained = float(chosen["correct_lo"]) > 0.0 and float(chosen["correct_gain"]) > float(trial["min_gain"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not gained:
+        return None
+    keep = ("version", "correct", "baseline_correct", "correct_gain", "correct_lo", "correct_hi", "gain", "lo", "hi")
+    return {
+        "route": "answer_trial",
+        "trial_log_id": log_id,
+        "entries": trial.get("entries"),
+        "alpha": trial.get("alpha"),
+        "variant": {k: chosen.get(k) for k in keep},
+    }
 
 
 def off_policy_evidence(
     store: Store, current: PipelineVersion, candidate: PipelineVersion, diff: Mapping[str, Any]
 ) -> dict[str, Any] | None:
-    """The refit evidence that lets `candidate` skip the live experiment, or None. `diff`: the
-    candidate's changes against `current` (`auto.changes`). Needs: the candidate was built on
-    `current`, changes only τL / τU, raises τL, and its refit says the gain's 95% lower bound is above
-    0 on outcomes the labels give (`fit.off_policy`)."""
-    if diff and not _paths(diff) & GATE_KEYS:
+    """The measured evidence that lets `candidate` skip the live experiment, or None. `diff`: the
+    candidate's changes against `current` (`auto.changes`). A τL candidate needs: built on `current`,
+    changes only τL / τU, raises τL, and its refit says the gain's 95% lower bound is above 0 on
+    outcomes the labels give (`fit.off_policy`); retrieval and answer-graph candidates: see
+    `retrieval_evidence` and `trial_evidence`."""
+    paths = _paths(diff) if diff else set()
+    if paths and paths <= ANSWER_KEYS:
+        return trial_evidence(store, current, candidate, diff)
+    if paths and not paths & GATE_KEYS:
         return retrieval_evidence(store, current, candidate, diff)
     if candidate.parent_version_id != current.version_id or not diff or _paths(diff) - GATE_KEYS:
         return None
@@ -138,4 +193,4 @@ def off_policy_evidence(
         return None
     if not (fit.get("off_policy") and raised and gained):
         return None
-    return {"refit_log_id": log_id, "fit": fit}
+    return {"route": "tau_raise", "refit_log_id": log_id, "fit": fit}

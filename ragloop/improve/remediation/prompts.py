@@ -33,8 +33,9 @@ A variant qualifies, at a Bonferroni-corrected level (0.05 / (2 x variants): two
 Correctness, not answer F1: F1 against a one-line reference punishes the longer complete answers
 that refinement off gives (it fell 0.275 -> 0.250 while accuracy rose). The qualifying variant with
 the largest correctness gain (then faithfulness gain) is registered; the trial's table is its own
-audit entry either way. The candidate still has to pass the golden check and win an experiment
-(`ragloop.experiments.auto`) before it serves.
+audit entry either way. The candidate still has to pass the golden check before it serves; one
+chosen by correctness goes current on it (`ragloop.experiments.off_policy.trial_evidence`), one
+chosen by faithfulness alone has to win an experiment (`ragloop.experiments.auto`).
 """
 
 from __future__ import annotations
@@ -307,8 +308,10 @@ class PromptPayload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     collection: str
-    min_failures: int = Field(default=10, ge=1)
-    """Completed generation-failure diagnoses among the action's answers before a trial runs."""
+    min_failures: int = Field(default=5, ge=1)
+    """Completed generation-failure diagnoses among the action's answers before a trial runs. It only
+    decides when a trial is worth its cost (the golden set once per variant): the trial's corrected
+    interval is the evidence. 10 was never reached on a simulated MTRAG-UN week (7 such diagnoses)."""
     min_entries: int = Field(default=20, ge=2)
     """Answerable working golden entries a trial needs."""
     golden_limit: int = Field(default=100, ge=2)
