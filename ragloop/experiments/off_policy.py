@@ -171,8 +171,8 @@ def off_policy_evidence(
     """The measured evidence that lets `candidate` skip the live experiment, or None. `diff`: the
     candidate's changes against `current` (`auto.changes`). A τL candidate needs: built on `current`,
     changes only τL / τU, raises τL, and its refit says the gain's 95% lower bound is above 0 on
-    outcomes the labels give (`fit.off_policy`); retrieval and answer-graph candidates: see
-    `retrieval_evidence` and `trial_evidence`."""
+    outcomes the labels give, in sample and cross-fitted (`fit.off_policy`, `fit.cv_lo`); retrieval
+    and answer-graph candidates: see `retrieval_evidence` and `trial_evidence`."""
     paths = _paths(diff) if diff else set()
     if paths and paths <= ANSWER_KEYS:
         return trial_evidence(store, current, candidate, diff)
@@ -188,7 +188,7 @@ def off_policy_evidence(
     tau_now = ((current.config or {}).get("agent") or {}).get("tau_lower", math.nan)
     try:
         raised = float(fit["fitted"]) > float(fit["current"]) and float(fit["current"]) == float(tau_now)
-        gained = float(fit["lo"]) > 0.0
+        gained = float(fit["lo"]) > 0.0 and float(fit["cv_lo"]) > 0.0
     except (KeyError, TypeError, ValueError):
         return None
     if not (fit.get("off_policy") and raised and gained):
