@@ -71,6 +71,7 @@ FUSION_KEYS = frozenset(
     | {("retrieval", "rerank", "weight")}
 )
 K_KEY = ("retrieval", "k")
+RETRIEVAL_KEYS = FUSION_KEYS | {K_KEY}
 TRIAL_ACTION = "prompt_trial"
 """The audit entry of the answer-graph trial (`ragloop.improve.remediation.prompts`), evidence `trial`."""
 ANSWER_KEYS = frozenset({("agent", "prompt_version"), ("agent", "refine"), ("agent", "max_answer_sentences")})
@@ -98,6 +99,21 @@ def _refit_entry(store: Store, action: str, candidate: str) -> tuple[str, dict[s
         return None if row is None else (row.log_id, dict(row.evidence or {}))
 
 
+def _entry_for(
+    store: Store,
+    current: PipelineVersion,
+    candidate: PipelineVersion,
+    paths: set[tuple[str, ...]],
+    allowed: frozenset[tuple[str, ...]],
+    action: str,
+) -> tuple[str, dict[str, Any]] | None:
+    """The `action` audit entry (log id, evidence) that registered `candidate`, when the candidate was
+    built on `current` and changes something, only within `allowed`."""
+    if candidate.parent_version_id != current.version_id or not paths or paths - allowed:
+        return None
+    return _refit_entry(store, action, candidate.version_id)
+
+
 def _lower_bound(fit: Any, key: str) -> float:
     value = fit.get(key) if isinstance(fit, Mapping) else None
     lo = value.get("lo") if isinstance(value, Mapping) else None
@@ -112,9 +128,7 @@ def retrieval_evidence(
     rises, and each changed part's gain interval (fusion: `fit.held_out_gain`, k: `top_k.gain`) lies
     above 0."""
     paths = _paths(diff) if diff else set()
-    if candidate.parent_version_id != current.version_id or not paths or paths - FUSION_KEYS - {K_KEY}:
-        return None
-    entry = _refit_entry(store, RETRIEVAL_REFIT_ACTION, candidate.version_id)
+    entry = _entry_for(store, current, candidate, paths, RETRIEVAL_KEYS, RETRIEVAL_REFIT_ACTION)
     if entry is None:
         return None
     log_id, evidence = entry
@@ -138,16 +152,13 @@ def trial_evidence(
     changes only the prompt variant / refinement / sentence cap, was built on `current`, and the trial
     that registered it chose a variant whose correctness gain exceeds the trial's `min_gain` with its
     (corrected) interval above 0, with exactly the overrides the candidate carries."""
-    paths = _paths(diff) if diff else set()
-    if candidate.parent_version_id != current.version_id or not paths or paths - ANSWER_KEYS:
-        return None
-    entry = _refit_entry(store, TRIAL_ACTION, candidate.version_id)
+    entry = _entry_for(store, current, candidate, _paths(diff) if diff else set(), ANSWER_KEYS, TRIAL_ACTION)
     if entry is None:
         return None
     log_id, evidence = entry
     trial = evidence.get("trial") or {}
     chosen = next((v for v in trial.get("variants") or [] if v.get("version") == trial.get("chosen")), None)
-    if not isinstance(chosen, Mapping) or _paths(chosen.get("overrides") or {}) != paths:
+    if not isinstance(chosen, Mapping) or _paths(chosen.get("overrides") or {}) != _paths(diff):
         return None
     try:
         gained = float(chosen["correct_lo"]) > 0.0 and float(chosen["correct_gain"]) > float(trial["min_gain"])
@@ -178,9 +189,7 @@ def off_policy_evidence(
         return trial_evidence(store, current, candidate, diff)
     if paths and not paths & GATE_KEYS:
         return retrieval_evidence(store, current, candidate, diff)
-    if candidate.parent_version_id != current.version_id or not diff or _paths(diff) - GATE_KEYS:
-        return None
-    entry = _refit_entry(store, REFIT_ACTION, candidate.version_id)
+    entry = _entry_for(store, current, candidate, paths, GATE_KEYS, REFIT_ACTION)
     if entry is None:
         return None
     log_id, evidence = entry

@@ -4,6 +4,8 @@ more than the gate keep it off that path."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ragloop.config import PipelineConfig
@@ -48,28 +50,36 @@ def _lower_samples() -> list[GateSample]:
     return out + [GateSample(score=0.5 + 0.01 * i, answer_right=1.0, refusal_right=0.0) for i in range(30)]
 
 
+def measured_candidate(
+    store: Store, base: PipelineConfig, cfg: PipelineConfig, kind: str, action: str, evidence: dict[str, Any]
+) -> tuple[str, str]:
+    """`base` as the current version, and `cfg` as the candidate remediation `kind` registered on it,
+    with the `action` audit entry (its measurement) as the remediation writes it: (current, candidate)."""
+    current = store.pipelines.register_config(base)
+    store.pipelines.activate(current.version_id, reason="test")
+    cand = store.pipelines.register_config(
+        cfg, parent_version_id=current.version_id, created_by=f"{SOURCE_PREFIX}{kind}", description=kind
+    )
+    store.audit.record(
+        action,
+        triggered_by="action:test",
+        actor="scheduler",
+        evidence={"domain": "kb", **evidence, "candidate_version": cand.version_id},
+        pipeline_version_before=current.version_id,
+        pipeline_version_after=cand.version_id,
+    )
+    return current.version_id, cand.version_id
+
+
 def _setup(
     store: Store, samples: list[GateSample], extra: dict[str, dict[str, object]] | None = None
 ) -> tuple[str, str]:
     """The current version (τL 0.3), and the candidate the refit on `samples` made, audited as the
     τL refit audits it."""
-    current = store.pipelines.register_config(PipelineConfig())
-    store.pipelines.activate(current.version_id, reason="test")
     fit = fit_tau_lower(samples, current=0.3)
     assert fit.improves
     cfg = PipelineConfig().with_overrides(agent={"tau_lower": fit.fitted}, **(extra or {}))
-    cand = store.pipelines.register_config(
-        cfg, parent_version_id=current.version_id, created_by=f"{SOURCE_PREFIX}{KIND}", description="tau refit"
-    )
-    store.audit.record(
-        REFIT_ACTION,
-        triggered_by="action:test",
-        actor="scheduler",
-        evidence={"domain": "kb", "fit": fit.to_json(), "candidate_version": cand.version_id},
-        pipeline_version_before=current.version_id,
-        pipeline_version_after=cand.version_id,
-    )
-    return current.version_id, cand.version_id
+    return measured_candidate(store, PipelineConfig(), cfg, KIND, REFIT_ACTION, {"fit": fit.to_json()})
 
 
 def test_a_measured_raise_goes_current_on_the_golden_check(store: Store, clock: FakeClock) -> None:

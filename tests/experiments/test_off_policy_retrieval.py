@@ -11,12 +11,12 @@ import pytest
 
 from ragloop.config import PipelineConfig
 from ragloop.config.pipeline import RetrievalConfig
-from ragloop.experiments.auto import SOURCE_PREFIX, AutoExperimentSettings, AutoOutcome, auto_experiment_step
+from ragloop.experiments.auto import AutoExperimentSettings, AutoOutcome, auto_experiment_step
 from ragloop.experiments.off_policy import RETRIEVAL_REFIT_ACTION
 from ragloop.improve.remediation.ranking import RankingTuple, fit_fusion
 from ragloop.improve.remediation.topk import fit_top_k
 from ragloop.store import Store
-from tests.experiments.test_off_policy import Golden
+from tests.experiments.test_off_policy import Golden, measured_candidate
 from tests.store.conftest import FakeClock
 
 SETTINGS = AutoExperimentSettings(traffic_split=0.5, min_sample_size=30, min_duration_s=3600)
@@ -62,22 +62,9 @@ def _setup(
     *,
     extra: dict[str, Any] | None = None,
 ) -> tuple[str, str]:
-    current = store.pipelines.register_config(DEGRADED)
-    store.pipelines.activate(current.version_id, reason="test")
-    parent = current.version_id
     cfg = DEGRADED.with_overrides(retrieval=over, **(extra or {}))
-    cand = store.pipelines.register_config(
-        cfg, parent_version_id=parent, created_by=f"{SOURCE_PREFIX}{KIND}", description="retrieval refit"
-    )
-    store.audit.record(
-        RETRIEVAL_REFIT_ACTION,
-        triggered_by="action:test",
-        actor="scheduler",
-        evidence={"domain": "kb", "fit": fit, "top_k": top_k, "overrides": over, "candidate_version": cand.version_id},
-        pipeline_version_before=parent,
-        pipeline_version_after=cand.version_id,
-    )
-    return current.version_id, cand.version_id
+    evidence = {"fit": fit, "top_k": top_k, "overrides": over}
+    return measured_candidate(store, DEGRADED, cfg, KIND, RETRIEVAL_REFIT_ACTION, evidence)
 
 
 def _just_below_k(n: int = 30) -> dict[str, Sequence[int]]:

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from ragloop.config import PipelineConfig
-from ragloop.experiments.auto import SOURCE_PREFIX, AutoExperimentSettings, AutoOutcome, auto_experiment_step
+from ragloop.experiments.auto import AutoExperimentSettings, AutoOutcome, auto_experiment_step
 from ragloop.experiments.off_policy import TRIAL_ACTION
 from ragloop.improve.remediation.prompts import ItemScore, PromptTrial, compare
 from ragloop.store import Store
-from tests.experiments.test_off_policy import Golden
+from tests.experiments.test_off_policy import Golden, measured_candidate
 from tests.store.conftest import FakeClock
 
 SETTINGS = AutoExperimentSettings(traffic_split=0.5, min_sample_size=30, min_duration_s=3600)
@@ -41,21 +41,10 @@ def _correctness_gain() -> PromptTrial:
 
 
 def _setup(store: Store, trial: PromptTrial, extra: dict[str, Any] | None = None) -> tuple[str, str]:
-    current = store.pipelines.register_config(PipelineConfig())
-    store.pipelines.activate(current.version_id, reason="test")
     cfg = PipelineConfig().with_overrides(agent={"refine": False}, **(extra or {}))
-    cand = store.pipelines.register_config(
-        cfg, parent_version_id=current.version_id, created_by=f"{SOURCE_PREFIX}prompt_candidate", description="trial"
+    return measured_candidate(
+        store, PipelineConfig(), cfg, "prompt_candidate", TRIAL_ACTION, {"trial": trial.to_json()}
     )
-    store.audit.record(
-        TRIAL_ACTION,
-        triggered_by="action:test",
-        actor="scheduler",
-        evidence={"domain": "kb", "trial": trial.to_json(), "candidate_version": cand.version_id},
-        pipeline_version_before=current.version_id,
-        pipeline_version_after=cand.version_id,
-    )
-    return current.version_id, cand.version_id
 
 
 def test_a_trial_measured_correctness_gain_goes_current(store: Store, clock: FakeClock) -> None:
