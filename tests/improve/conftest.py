@@ -15,6 +15,7 @@ from ragloop.improve.oracle import OracleRetriever
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
+from ragloop.store import Store
 from tests.agent.conftest import DOCS, HASHED, make_collection
 from tests.store.conftest import backend, clock, db, postgres_admin_url, store, store_url  # noqa: F401 (fixtures)
 
@@ -27,6 +28,15 @@ def coll(tmp_path: Path) -> Iterator[Collection]:
     c = make_collection("kb", DOCS, tmp_path / "docs")
     yield c
     c.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    """A migrated SQLite store on the real clock, for tests of remediation logic that override the
+    backend-parametrized `store` (tests/store covers both backends) with it."""
+    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
+    yield s
+    s.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ and everything audited with `refers_to` the apply entry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,24 +16,15 @@ from ragloop.improve.remediation.measure import Delta
 from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store, StoreConflictError
-from tests.agent.conftest import DOCS, HASHED, make_collection
+from tests.agent.conftest import DOCS, HASHED
 from tests.improve.remediation_support import K1, QUESTION, chunk_of, context, propose_expansion
 
 WINDOW = Policy(audit_window_s=5.0)
 
 
 @pytest.fixture
-def coll(tmp_path: Path) -> Iterator[Collection]:
-    c = make_collection("kb", DOCS, tmp_path / "docs")
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 def _pass(store: Store, coll: Collection, clock: ManualClock) -> PassReport:

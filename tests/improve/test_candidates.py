@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -18,22 +17,12 @@ from ragloop.improve.scheduler import Outcome, Scheduler
 from ragloop.improve.types import ActionKind, MissedChunk, RankingEvidence
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
-from tests.agent.conftest import DOCS, make_collection
 from tests.improve.remediation_support import K1, context
 
 
 @pytest.fixture
-def coll(tmp_path: Path) -> Iterator[Collection]:
-    c = make_collection("kb", DOCS, tmp_path / "docs")
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 def _tuples(n: int) -> list[RankingTuple]:

@@ -57,10 +57,8 @@ def coll(tmp_path: Path) -> Iterator[Collection]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 def _snapshot(coll: Collection) -> tuple[list[tuple[str, str, str]], np.ndarray]:

@@ -3,9 +3,6 @@ evidence thresholds, user-reported first, the audit entry of each application, f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from ragloop.improve.clock import ManualClock
@@ -13,24 +10,14 @@ from ragloop.improve.remediation import AppliedChange, RegistryExpansionBackend
 from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy, Scheduler, ScheduleResult
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
-from tests.agent.conftest import DOCS, make_collection
 from tests.improve.remediation_support import QUESTION, chunk_of, context, propose_expansion, propose_rechunk
 
 QUESTIONS = [f"What happened in Ostria in {1900 + i}?" for i in range(6)]
 
 
 @pytest.fixture
-def coll(tmp_path: Path) -> Iterator[Collection]:
-    c = make_collection("kb", DOCS, tmp_path / "docs")
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'ragloop.db'}")
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 @pytest.fixture
