@@ -43,14 +43,19 @@ LONG = (
 DOCS = {"harbour.md": LONG, "other.md": "# Other\n\nThe Ostria museum opened in 1950 with a gallery of maps."}
 
 
-@pytest.fixture
-def coll(tmp_path: Path) -> Iterator[Collection]:
-    root = tmp_path / "docs"
+def small_collection(root: Path, files: dict[str, str]) -> Collection:
+    """Collection `kb` over `files` (relative path -> text) written under `root`, chunked `SMALL`."""
     root.mkdir()
-    for rel, text in DOCS.items():
+    for rel, text in files.items():
         (root / rel).write_text(text)
     c = Collection("kb", Settings())
     c.ingest([root], SMALL)
+    return c
+
+
+@pytest.fixture
+def coll(tmp_path: Path) -> Iterator[Collection]:
+    c = small_collection(tmp_path / "docs", DOCS)
     yield c
     c.close()
 

@@ -22,7 +22,7 @@ from ragloop.retrieval.collection import Collection, CollectionError
 from ragloop.retrieval.rechunk import rechunk_document
 from ragloop.store import Store
 from tests.improve.remediation_support import context
-from tests.improve.test_rechunk import SENTENCE, SMALL
+from tests.improve.test_rechunk import DOCS, SENTENCE, SMALL, small_collection
 
 pytestmark = pytest.mark.usefixtures("kb_backend")  # embedded files and PostgreSQL
 
@@ -46,12 +46,7 @@ def _jsonl(records: list[dict[str, str]]) -> str:
 
 @pytest.fixture
 def coll(tmp_path: Path) -> Iterator[Collection]:
-    root = tmp_path / "docs"
-    root.mkdir()
-    (root / "corpus.jsonl").write_text(_jsonl(RECORDS))
-    (root / "other.md").write_text("# Other\n\nThe Ostria museum opened in 1950 with a gallery of maps.")
-    c = Collection("kb", Settings())
-    c.ingest([root], SMALL)
+    c = small_collection(tmp_path / "docs", {"corpus.jsonl": _jsonl(RECORDS), "other.md": DOCS["other.md"]})
     yield c
     c.close()
 
