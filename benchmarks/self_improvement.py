@@ -40,6 +40,11 @@ def main() -> None:
     ap.add_argument("--heldout", type=int, default=150, help="held-out items measured (fixed sample)")
     ap.add_argument("--golden", type=int, default=40)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--answer-check",
+        default=None,
+        help="a reader the loop may turn on as the answer check, e.g. llm:local:qwen2.5-coder-1.5b (default: none)",
+    )
     ap.add_argument("--parallel", type=int, default=3, help="arms at once")
     ap.add_argument("--only", default="", help="comma-separated arm labels to run (default: all)")
     ap.add_argument("--name", default="self_improvement")
@@ -62,6 +67,7 @@ def main() -> None:
         golden=args.golden,
         users=default_users(0.30, 0.10, 20),
         workers=args.workers,
+        answer_check=args.answer_check,
     )
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     arms = full_arms(base, datasets, {"squad": args.squad, "mtrag": args.mtrag})

@@ -98,6 +98,8 @@ class CritiqueDetail(NodeDetail):
 
 class FinalizeDetail(NodeDetail):
     quality: float = 0.0
+    answer_check: float | None = None
+    """The answer check's score of the draft (None: no check ran); below `tau_answer` the draft was refused."""
     citations: list[str] = Field(default_factory=list)
     residuals: list[str] = Field(default_factory=list)
 

@@ -44,6 +44,8 @@ class Runtime:
     refine_scorer: Scorer
     support_scorer: Scorer
     chat: ChatModel | None = None
+    answer_check: Scorer | None = None
+    """Reads the drafted answer against the question (`agent.scorers.answer_check`); None: no check."""
     search: SearchProvider | None = None
     collection_name: str = ""
 
@@ -81,6 +83,7 @@ class Runtime:
             refine_scorer=scorer("refine", agent.scorers.refine),
             support_scorer=scorer("support", agent.scorers.support),
             chat=chat,
+            answer_check=scorer("answer_check", agent.scorers.answer_check) if agent.scorers.answer_check else None,
             search=search,
             collection_name=collection.name,
         )

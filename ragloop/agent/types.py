@@ -24,8 +24,11 @@ TerminationReason = Literal[
     "no_grounded_context",  # refused: nothing relevant enough was found
     "no_valid_citations",  # refused: the hallucination gate found no valid citation
     "insufficient_evidence",  # refused: an answer was drafted but its evidence did not hold up
+    "not_answered",  # refused: the answer check read the drafted answer as not answering the question
 ]
-REFUSAL_REASONS: frozenset[str] = frozenset({"no_grounded_context", "no_valid_citations", "insufficient_evidence"})
+REFUSAL_REASONS: frozenset[str] = frozenset(
+    {"no_grounded_context", "no_valid_citations", "insufficient_evidence", "not_answered"}
+)
 
 
 class _Model(BaseModel):

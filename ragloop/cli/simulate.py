@@ -53,6 +53,10 @@ def simulate(
     postgres: Annotated[
         bool, typer.Option("--postgres", help="PostgreSQL 127.0.0.1:5432 + Redis 127.0.0.1:6379.")
     ] = False,
+    answer_check: Annotated[
+        str | None,
+        typer.Option("--answer-check", help="A reader the loop may turn on, e.g. llm:local:qwen2.5-coder-1.5b."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     parallel: Annotated[
         int | None, typer.Option("--parallel", min=1, max=6, help="Arms at once (default: 2 with --quick, else 1).")
@@ -87,6 +91,7 @@ def simulate(
         users=default_users(rate, flip, reviews),
         workers=workers,
         golden=golden,
+        answer_check=answer_check,
         seed=seed,
     )
     if quick:

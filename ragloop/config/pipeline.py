@@ -138,6 +138,11 @@ class ScorersConfig(_Knobs):
     grade: str = "combined:default"
     refine: str = "reader:default"
     support: str = "combined:default"
+    answer_check: str | None = Field(
+        default=None,
+        description="reads the drafted answer against the question before it is shown (e.g. an llm: scorer); "
+        "None: no check. It refuses below agent.tau_answer",
+    )
 
 
 class BudgetsConfig(_Knobs):
@@ -168,6 +173,13 @@ class AgentConfig(_Knobs):
     refine_min_keep: int = Field(default=4, ge=0, description="strips kept whatever their score")
     severity_floor: float = Field(default=0.3, ge=0.0, le=1.0)
     min_quality: float = Field(default=0.0, ge=0.0, le=1.0, description="refuse answers scoring below this")
+    # tau_answer: the answer check's threshold. Off (0) by default: the only reader that tells SQuAD 2.0's
+    # on-topic unanswerable questions from answerable ones is an LLM (Qwen 1.5B AUC ~0.84 against the
+    # gate score's 0.56, MODELS.md) at seconds per answer on a laptop CPU, so the loop turns it on
+    # where labelled traffic shows it pays (ragloop.improve.remediation.answer_check).
+    tau_answer: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="refuse a drafted answer the answer check scores below this"
+    )
     max_answer_sentences: int = Field(default=3, ge=1)
     answer_floor: float = Field(
         default=0.0, ge=0.0, le=1.0, description="extractive answers skip strips scoring below this share of the best"

@@ -299,6 +299,7 @@ _MEASURED = {
     "tau_raise": "off-policy gain on labelled traffic",
     "retrieval_refit": "cross-fitted retrieval gain on diagnosed traffic",
     "answer_trial": "golden-trial correctness gain",
+    "answer_check": "off-policy gain of the answer check on labelled traffic",
 }
 
 

@@ -18,6 +18,13 @@ gates include `answer_correct` and `refusal_correct`, so a raise that refuses an
 questions is refused), then is activated in the maintenance window (`via=remediation`), audited
 with both pieces of evidence; the nightly regression watches it like every current version.
 
+**The answer check** (`ragloop.improve.remediation.answer_check`: a reader of the drafted answer
+and its threshold `tau_answer`) is the τL raise's case again: it only turns answers into refusals,
+and its fit read every labelled answer the service gave exactly as serving would, so the candidate's
+gain is measured on outcomes the labels give (`fit.off_policy`, in sample and cross-fitted). It goes
+current on the golden check when it changes only the check's reader and threshold, was built on the
+current version, and raises the threshold from the one serving (0: off) for that reader.
+
 Not off-policy: lowering τL (it would serve answers nobody has seen: their correctness is only
 imputed), and any candidate that changes more than the gate's two thresholds (a raise also drops
 chunks graded below the new τL from the context of answers that still pass; the golden check
@@ -75,6 +82,9 @@ RETRIEVAL_KEYS = FUSION_KEYS | {K_KEY}
 TRIAL_ACTION = "prompt_trial"
 """The audit entry of the answer-graph trial (`ragloop.improve.remediation.prompts`), evidence `trial`."""
 ANSWER_KEYS = frozenset({("agent", "prompt_version"), ("agent", "refine"), ("agent", "max_answer_sentences")})
+CHECK_ACTION = "answer_check_fit"
+"""The audit entry of the answer-check fit (`ragloop.improve.remediation.answer_check`), evidence `fit`."""
+CHECK_KEYS = frozenset({("agent", "tau_answer"), ("agent", "scorers", "answer_check")})
 
 
 def _paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -187,19 +197,40 @@ def off_policy_evidence(
     paths = _paths(diff) if diff else set()
     if paths and paths <= ANSWER_KEYS:
         return trial_evidence(store, current, candidate, diff)
+    if paths and paths <= CHECK_KEYS:
+        return _raise_evidence(store, current, candidate, paths, CHECK_KEYS, CHECK_ACTION, "answer_check")
     if paths and not paths & GATE_KEYS:
         return retrieval_evidence(store, current, candidate, diff)
-    entry = _entry_for(store, current, candidate, paths, GATE_KEYS, REFIT_ACTION)
+    return _raise_evidence(store, current, candidate, paths, GATE_KEYS, REFIT_ACTION, "tau_raise")
+
+
+def _raise_evidence(
+    store: Store,
+    current: PipelineVersion,
+    candidate: PipelineVersion,
+    paths: set[tuple[str, ...]],
+    allowed: frozenset[tuple[str, ...]],
+    action: str,
+    route: str,
+) -> dict[str, Any] | None:
+    """A refusal threshold raised by a fit (τL, the answer check's): its `action` entry's fit raised the
+    threshold the current version serves, with both gain intervals above 0 on outcomes the labels give."""
+    entry = _entry_for(store, current, candidate, paths, allowed, action)
     if entry is None:
         return None
     log_id, evidence = entry
     fit = evidence.get("fit") or {}
-    tau_now = ((current.config or {}).get("agent") or {}).get("tau_lower", math.nan)
+    agent = (current.config or {}).get("agent") or {}
+    if route == "tau_raise":
+        serving = agent.get("tau_lower", math.nan)
+    else:  # the check's threshold counts as 0 while another reader (or none) serves
+        same = (agent.get("scorers") or {}).get("answer_check") == evidence.get("scorer")
+        serving = agent.get("tau_answer", 0.0) if same else 0.0
     try:
-        raised = float(fit["fitted"]) > float(fit["current"]) and float(fit["current"]) == float(tau_now)
+        raised = float(fit["fitted"]) > float(fit["current"]) and float(fit["current"]) == float(serving)
         gained = float(fit["lo"]) > 0.0 and float(fit["cv_lo"]) > 0.0
     except (KeyError, TypeError, ValueError):
         return None
     if not (fit.get("off_policy") and raised and gained):
         return None
-    return {"route": "tau_raise", "refit_log_id": log_id, "fit": fit}
+    return {"route": route, "refit_log_id": log_id, "fit": fit}

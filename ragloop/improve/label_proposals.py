@@ -9,6 +9,9 @@ labels), the remediation pass proposes one threshold recalibration per collectio
 version itself (the same component and dedupe key the classifier's proposals use, so the two
 never duplicate). The refit still registers a candidate only on a gain interval above zero, and
 the candidate still needs the golden check and an experiment.
+
+With an answer-check reader configured (`RemediationSettings.answer_check`), the same labels also
+propose its fit (`remediation.answer_check`), on the same schedule.
 """
 
 from __future__ import annotations
@@ -37,19 +40,35 @@ def explicit_labels(store: Store) -> int:
     return ratings + int(reviews or 0)
 
 
-def propose_from_labels(store: Store, config: PipelineConfig, collection: str, *, min_labels: int = MIN_LABELS) -> bool:
-    """Propose the collection's τL refit for the serving version once enough labels exist; True if proposed."""
+def propose_from_labels(
+    store: Store,
+    config: PipelineConfig,
+    collection: str,
+    *,
+    min_labels: int = MIN_LABELS,
+    answer_check: str | None = None,
+) -> bool:
+    """Propose the collection's τL refit (and, with `answer_check`, that reader's fit) for the serving
+    version once enough labels exist; True if proposed."""
     labels = explicit_labels(store)
     if labels < min_labels:
         return False
     epoch = int(math.log2(labels / min_labels))  # refit again each time the labels double
-    store.improvement_actions.propose(
-        ActionKind.THRESHOLD_RECALIBRATION.value,
-        "pipeline",
-        f"{collection}:{config.version_id}:labels-{epoch}",
-        domain=collection,
-        evidence={"confidence": CONFIDENCE, "reason": "labelled traffic", "explicit_labels": labels},
-        payload={"collection": collection, "pipeline_version": config.version_id, "question": "", "chunk_ids": []},
-        priority=CONFIDENCE * 0.5,
-    )
+    kinds = [ActionKind.THRESHOLD_RECALIBRATION] + ([ActionKind.ANSWER_CHECK] if answer_check else [])
+    for kind in kinds:
+        store.improvement_actions.propose(
+            kind.value,
+            "pipeline" if kind is ActionKind.THRESHOLD_RECALIBRATION else "answer_check",
+            f"{collection}:{config.version_id}:labels-{epoch}",
+            domain=collection,
+            evidence={"confidence": CONFIDENCE, "reason": "labelled traffic", "explicit_labels": labels},
+            payload={
+                "collection": collection,
+                "pipeline_version": config.version_id,
+                "question": "",
+                "chunk_ids": [],
+                "scorer": answer_check or "",
+            },
+            priority=CONFIDENCE * 0.5,
+        )
     return True

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ragloop.agent.answer import Answer
-from ragloop.agent.details import GradeDetail, RetrieveDetail
+from ragloop.agent.details import CondenseDetail, GradeDetail, RetrieveDetail
 from ragloop.agent.trace import Trace, TraceSummary
 from ragloop.agent.types import TraceRecord
 from ragloop.improve.judge import JudgeInput
@@ -199,6 +199,11 @@ class StoredTrace(_Stored):
         """The first retrieval's query: what the retriever was asked."""
         first = self.trace.first(RetrieveDetail)
         return first.queries[0] if first and first.queries and first.queries[0].strip() else None
+
+    def standalone(self) -> str | None:
+        """The condensed question the turn answered (what the answer check read it against)."""
+        first = self.trace.first(CondenseDetail)
+        return first.standalone if first and first.standalone.strip() else None
 
     def first_gate_score(self) -> float | None:
         """The best grade of the first grade step: what τL was compared to."""

@@ -141,7 +141,7 @@ def run_pass(
         started = context.clock.now().isoformat()
         audited = Auditor(context, policy, worker=f"{worker}:auditor").run()
         if label_collection is not None:  # the τL refit from labelled traffic, diagnosed or not
-            propose_from_labels(store, config, label_collection)
+            propose_from_labels(store, config, label_collection, answer_check=context.settings.answer_check)
         recalibration.watch(context.store, context.clock, resamples=context.settings.resamples)
         scheduled = Scheduler(context, policy, worker=f"{worker}:scheduler").run()
         return PassReport(started_at=started, audited=audited, scheduled=scheduled)

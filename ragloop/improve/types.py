@@ -30,6 +30,8 @@ class ActionKind(StrEnum):
     RANKING_BUFFER = "ranking_buffer"
     PROMPT_CANDIDATE = "prompt_candidate"
     THRESHOLD_RECALIBRATION = "threshold_recalibration"
+    ANSWER_CHECK = "answer_check"
+    """Proposed with the τL refit from labelled traffic when an answer-check reader is configured."""
     TIER1_RECALIBRATION = "tier1_recalibration"
     """Not a diagnosis's proposal: the weekly agreement check and the label buffer propose it
     (`ragloop.improve.recalibration`)."""

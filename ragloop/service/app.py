@@ -74,8 +74,12 @@ def remediation_pass(
     if not cfg.remediate:
         return None
     from ragloop.improve.remediate import run_pass
+    from ragloop.improve.remediation import RemediationSettings
 
-    return lambda: run_pass(store, active(), settings=settings, label_collection=cfg.collection)
+    remediation = RemediationSettings(answer_check=cfg.answer_check)
+    return lambda: run_pass(
+        store, active(), settings=settings, label_collection=cfg.collection, remediation=remediation
+    )
 
 
 def create_app(

@@ -81,6 +81,10 @@ class ServiceConfig:
     """Workers also run the remediation pass (`ragloop.improve.remediate`: audit what is due, schedule and
     apply what is proposed, within its caps) after diagnoses and at each sweep; off leaves it to
     `ragloop improve run`."""
+    answer_check: str | None = None
+    """A reader the remediation pass may turn on as the answer check (`ragloop.improve.remediation.answer_check`),
+    e.g. `llm:local:qwen2.5-coder-1.5b`: fitted from labelled traffic, it goes current only with a measured
+    gain. None: never proposed (a served check costs a model call per answer)."""
     lease_seconds: float = 60.0
     poll_interval_s: float = 0.5
     job_max_attempts: int = 5

@@ -35,6 +35,22 @@ def quality(state: AgentState, floor: float) -> float:
     return round(max(grades, default=0.0) * score_of(open_defs), 4)
 
 
+def check_text(answer: str) -> str:
+    """What the answer check reads: the answer as shown, without its citation marks and notes (the
+    improvement loop's fit scores stored answers through this same function, so it sees what serving saw)."""
+    return " ".join(CITE.sub("", answer.split("\n\nNote: ", 1)[0]).split())
+
+
+async def answer_check(state: AgentState, rt: Runtime, answer: str) -> float | None:
+    """The answer check's P(the draft answers the question); None when the check is off (`tau_answer`
+    0 or no scorer), so an unchecked pipeline pays nothing for it."""
+    if rt.answer_check is None or rt.config.agent.tau_answer <= 0.0 or not answer:
+        return None
+    question = state.get("standalone") or state["question"]
+    judged = await rt.answer_check.relevance(question, [check_text(answer)])
+    return round(float(judged[0].p), 6)
+
+
 async def finalize(state: AgentState, rt: Runtime) -> NodeResult:
     cfg = rt.config.agent
     validated = state.get("validated_answer")
@@ -48,8 +64,13 @@ async def finalize(state: AgentState, rt: Runtime) -> NodeResult:
     if not reason and state.get("validation") in ("gate", "exhausted"):
         reason = "plateau"  # the next cycle's draft did not hold up: the earlier answer is as good as it got
     reason = reason or ("validated" if not cfg.critique else "converged")
-    if score < cfg.min_quality:
-        return await refuse({**state, "termination_reason": "insufficient_evidence"}, rt)
+    checked = None if score < cfg.min_quality else await answer_check(state, rt, answer)
+    if score < cfg.min_quality or (checked is not None and checked < cfg.tau_answer):
+        why = "insufficient_evidence" if checked is None else "not_answered"
+        refused = await refuse({**state, "termination_reason": why}, rt)
+        return NodeResult(  # finalize's own record: the draft's quality and check score say why it was refused
+            update=refused.update, decision=refused.decision, detail=FinalizeDetail(quality=score, answer_check=checked)
+        )
     notes = list(residuals)
     failed = [
         r.detail.error
@@ -72,7 +93,9 @@ async def finalize(state: AgentState, rt: Runtime) -> NodeResult:
             "messages": [AIMessage(content=shown)],
         },
         decision=f"answered ({reason})",
-        detail=FinalizeDetail(quality=score, citations=[c.chunk_id for c in citations], residuals=residuals),
+        detail=FinalizeDetail(
+            quality=score, citations=[c.chunk_id for c in citations], residuals=residuals, answer_check=checked
+        ),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ragloop.improve.remediation.answer_check import AnswerCheckAction
 from ragloop.improve.remediation.base import (
     ActionSpec,
     AppliedChange,
@@ -47,6 +48,7 @@ REMEDIATIONS: Mapping[ActionKind, type[Remediation]] = {
         KnowledgeGapAction,
         RankingBufferAction,
         ThresholdRecalibrationAction,
+        AnswerCheckAction,
         PromptCandidateAction,
         Tier1RecalibrationAction,
     )
@@ -67,6 +69,7 @@ def make_remediation(spec: ActionSpec) -> Remediation:
 __all__ = [
     "REMEDIATIONS",
     "ActionSpec",
+    "AnswerCheckAction",
     "AppliedChange",
     "AuditNote",
     "Effect",

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ragloop.config.pipeline import PipelineConfig
 from ragloop.improve.clock import SYSTEM_CLOCK, Clock
 from ragloop.improve.types import ActionKind
+from ragloop.models.scoring import Scorer
 from ragloop.retrieval.collection import Collection
 from ragloop.store import ImprovementAction, Store
 
@@ -147,6 +148,9 @@ class RemediationSettings(_Frozen):
     """How deep the refit looks for an oracle chunk (reciprocal rank 0 below it)."""
     paraphrases: bool = True
     """Add the offline paraphrases of each question to an action's query group."""
+    answer_check: str | None = None
+    """The reader the answer-check fit may turn on (`RAGLOOP_ANSWER_CHECK`, e.g.
+    `llm:local:qwen2.5-coder-1.5b`); None: the fit is never proposed (it costs a model call per answer)."""
     resamples: int = Field(default=1000, ge=100)
     seed: int = 20240601
 
@@ -162,6 +166,8 @@ class RemediationContext:
     expansion_backend: Callable[[str], Any]
     clock: Clock = SYSTEM_CLOCK
     settings: RemediationSettings = field(default_factory=RemediationSettings)
+    scorers: Mapping[str, Scorer] = field(default_factory=dict)
+    """Scorers by name that remediations use instead of building one (test doubles, a shared instance)."""
 
 
 CANDIDATE_SOURCE = "remediation:"

@@ -63,6 +63,8 @@ class ArmConfig:
     golden: int = 40
     """Traffic items the operator curates into the golden set before day 1 (never held-out ones)."""
     workers: int = 1
+    answer_check: str | None = None
+    """The reader the deployment lets the loop turn on as the answer check (`RAGLOOP_ANSWER_CHECK`)."""
     database_url: str | None = None
     redis_url: str | None = None
     seed: int = 0
@@ -70,7 +72,8 @@ class ArmConfig:
     def service_env(self) -> dict[str, str]:
         """Windows the deployment configures, on the simulated clock: aggregation hourly, the golden
         regression nightly, promotions in the 01-05 maintenance window."""
-        return {
+        check = {"RAGLOOP_ANSWER_CHECK": self.answer_check} if self.answer_check else {}
+        return check | {
             "RAGLOOP_EXPERIMENT_AGGREGATE_INTERVAL_S": "3600",
             "RAGLOOP_REGRESSION_INTERVAL_S": "86400",
             "RAGLOOP_RATE_LIMIT_PER_MINUTE": "100000",

@@ -18,6 +18,7 @@ export const REASONS = {
   no_grounded_context: "nothing relevant enough was found",
   no_valid_citations: "no draft could cite its sources",
   insufficient_evidence: "the evidence did not hold up",
+  not_answered: "the draft did not answer the question",
 };
 
 export function reasonText(reason) {

@@ -1,0 +1,86 @@
+"""The answer-check fit: labelled traffic proposes it (only where a reader is configured), the reader
+reads each answered labelled answer as serving would, and a threshold with a measured gain becomes a
+candidate; a reader that cannot tell right from wrong answers registers nothing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ragloop.config import PipelineConfig
+from ragloop.improve.clock import ManualClock
+from ragloop.improve.remediate import run_pass
+from ragloop.improve.remediation import RemediationContext, RemediationSettings
+from ragloop.models.scoring import FunctionScorer
+from ragloop.store import Store
+from tests.agent.conftest import DOCS, make_collection
+from tests.improve.remediation_support import K1, context
+
+READER = "test:reader"
+
+
+def _serve(store: Store, n: int, *, trap: bool) -> None:
+    """`n` answers: right ones rated up; wrong answers to unanswerable questions ("trap") rated down,
+    every third labelled a knowledge gap by a reviewer (the rest leave refusing unknown: imputed)."""
+    for i in range(n):
+        text = f"The trap answer {i} [1]." if trap else f"The right answer {i} [1]."
+        trace = {"records": [{"node": "grade", "detail": {"scores": {"c1": 0.8}}}]}
+        aid = store.queries.record_answer(
+            session_id=f"{trap}-{i}",
+            question=f"question {trap} {i}?",
+            answer_text=text,
+            pipeline_version="pv-x",
+            trace=trace,
+        ).answer_id
+        store.feedback.add(aid, "negative" if trap else "positive")
+        if trap and i % 3 == 0:
+            store.evaluations.add(aid, "human", failure_mode="knowledge_gap", failure_evidence={"labels": []})
+
+
+def _context(store: Store, tmp_path: Path, reader: FunctionScorer, config: PipelineConfig = K1) -> RemediationContext:
+    coll = make_collection("kb", DOCS, tmp_path / "docs")
+    coll.close()
+    ctx = context(store, coll, ManualClock(), config=config, answer_check=READER)
+    return replace(ctx, scorers={READER: reader})
+
+
+def test_labelled_traffic_fits_the_check_into_a_candidate(sqlite_store: Store, tmp_path: Path) -> None:
+    store = sqlite_store
+    _serve(store, 40, trap=False)
+    _serve(store, 30, trap=True)
+    reader = FunctionScorer(lambda q, text: 0.15 if "trap" in text else 0.85)
+    ctx = _context(store, tmp_path, reader)
+    report = run_pass(store, K1, context=ctx, label_collection="kb")
+    kinds = {r.kind: r for r in report.scheduled}
+    assert kinds["answer_check"].outcome.value == "applied", kinds
+    [fit] = store.audit.timeline(action_type="answer_check_fit")
+    f = fit.evidence["fit"]
+    assert f["n"] == 70 and f["current"] == 0.0 and 0.15 < f["fitted"] <= 0.85 and f["off_policy"]
+    assert f["lo"] > 0 and f["cv_lo"] > 0 and fit.evidence["scorer"] == READER
+    cand = store.pipelines.get(fit.pipeline_version_after or "")
+    assert cand is not None and cand.parent_version_id == K1.version_id
+    agent = PipelineConfig.model_validate(cand.config).agent
+    assert agent.scorers.answer_check == READER and agent.tau_answer == f["fitted"]
+    # it read each answer as shown, without citation marks, against its own question
+    assert len(reader.calls) == 70
+    assert all("[" not in text and q.startswith("question") for _, q, text in reader.calls)
+
+
+def test_a_reader_that_cannot_tell_registers_nothing(sqlite_store: Store, tmp_path: Path) -> None:
+    store = sqlite_store
+    _serve(store, 40, trap=False)
+    _serve(store, 30, trap=True)
+    ctx = _context(store, tmp_path, FunctionScorer(lambda q, text: 0.2 + int(q.split()[-1][:-1]) % 7 / 10))
+    run_pass(store, K1, context=ctx, label_collection="kb")
+    [fit] = store.audit.timeline(action_type="answer_check_fit")
+    assert fit.pipeline_version_after is None and not fit.evidence["fit"]["off_policy"]
+    assert [v.version_id for v in store.pipelines.list_versions(status="candidate")] == []
+
+
+def test_without_a_configured_reader_nothing_is_proposed(sqlite_store: Store, tmp_path: Path) -> None:
+    store = sqlite_store
+    _serve(store, 40, trap=False)
+    _serve(store, 30, trap=True)
+    ctx = replace(_context(store, tmp_path, FunctionScorer(lambda q, t: 0.5)), settings=RemediationSettings())
+    run_pass(store, K1, context=ctx, label_collection="kb")
+    assert {a.kind for a in store.improvement_actions.listed()} == {"threshold_recalibration"}
