@@ -12,8 +12,9 @@ from ragloop.improve.clock import ManualClock
 from ragloop.improve.remediate import run_pass
 from ragloop.improve.remediation import RemediationContext, RemediationSettings
 from ragloop.models.scoring import FunctionScorer
+from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
-from tests.agent.conftest import DOCS, make_collection
+from tests.agent.conftest import DOCS, HASHED, make_collection
 from tests.improve.remediation_support import K1, context
 
 READER = "test:reader"
@@ -84,3 +85,24 @@ def test_without_a_configured_reader_nothing_is_proposed(sqlite_store: Store, tm
     ctx = replace(_context(store, tmp_path, FunctionScorer(lambda q, t: 0.5)), settings=RemediationSettings())
     run_pass(store, K1, context=ctx, label_collection="kb")
     assert {a.kind for a in store.improvement_actions.listed()} == {"threshold_recalibration"}
+
+
+def test_the_golden_sets_clean_labels_bound_false_refusals(sqlite_store: Store, coll: Collection) -> None:
+    """The same traffic, but the serving config's answers to the answerable golden entries score lowest
+    of all: every threshold that would refuse the traps would refuse them too, so nothing is registered."""
+    store = sqlite_store
+    _serve(store, 40, trap=False)
+    _serve(store, 30, trap=True)
+    for q, ref in [("When was the Zorblat Bridge completed?", "1887"), ("How tall is the Quill Tower?", "96 metres")]:
+        store.golden.add_golden_entry(q, ref, source="human", created_by="test")
+    store.golden.add_golden_entry(
+        "Which cable lands at Port Kessel?", "", source="human", created_by="test", domain_tags=["unanswerable"]
+    )
+    reader = FunctionScorer(lambda q, text: 0.15 if "trap" in text else 0.85 if "right answer" in text else 0.1)
+    ctx = replace(context(store, coll, ManualClock(), config=HASHED, answer_check=READER), scorers={READER: reader})
+    run_pass(store, HASHED, context=ctx, label_collection="kb")
+    [fit] = store.audit.timeline(action_type="answer_check_fit")
+    golden = fit.evidence["golden"]
+    assert golden["answerable"] == 2 and golden["answered"] >= 1, golden
+    assert fit.pipeline_version_after is None and fit.evidence["fit"]["fitted"] <= 0.1
+    assert any("Zorblat" in q for _, q, _ in reader.calls)  # the golden drafts were read
