@@ -51,7 +51,7 @@ from ragloop.improve.remediation.gate_labels import Labelled, impute, labelled_a
 from ragloop.improve.remediation.prompts import RunnerFactory, agent_runner
 from ragloop.improve.remediation.thresholds import GRID, GateSample, TauFit, fit_tau_lower
 from ragloop.improve.types import ActionKind
-from ragloop.models.chat import run_sync
+from ragloop.models.chat import CallPurpose, call_scope, run_sync
 from ragloop.models.scoring import Scorer, make_scorer
 
 FIT_ACTION = "answer_check_fit"
@@ -73,8 +73,9 @@ class AnswerCheckPayload(BaseModel):
 
 async def _scores(scorer: Scorer, pairs: list[tuple[str, str]]) -> list[float]:
     out = []
-    for question, text in pairs:  # one pair per call: each answer has its own question
-        out.append(float((await scorer.relevance(question, [text]))[0].p))
+    with call_scope(purpose=CallPurpose.REMEDIATION, step=FIT_ACTION):
+        for question, text in pairs:  # one pair per call: each answer has its own question
+            out.append(float((await scorer.relevance(question, [text]))[0].p))
     return out
 
 
@@ -167,7 +168,9 @@ class AnswerCheckAction(Remediation[AnswerCheckPayload]):
     def apply(self, ctx: RemediationContext) -> AppliedChange:
         p = self.payload
         name = self.scorer_name(ctx)
-        scorer = ctx.scorers.get(name) or make_scorer(name, ctx.collections(p.collection).settings)
+        scorer = ctx.scorers.get(name) or make_scorer(
+            name, ctx.collections(p.collection).settings, calls=ctx.store.model_calls
+        )
         agent = ctx.config.agent
         current = agent.tau_answer if agent.scorers.answer_check == name else 0.0
         golden = self.golden(ctx, scorer) if p.golden_limit else GoldenCheck([], 0)

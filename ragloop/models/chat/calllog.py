@@ -65,6 +65,8 @@ class CallPurpose(StrEnum):
     GOLDEN_RUN = "golden_run"
     """Answering the golden set: the scheduled regression, candidate smoke tests and golden checks,
     prompt-candidate trials (`step` names the node)."""
+    REMEDIATION = "remediation"
+    """A remediation's own calls: the answer-check fit reading labelled answers and golden drafts."""
     GOLDEN_DRAFT = "golden_draft"
     """Drafting golden-set questions (`ragloop eval golden draft --chat-model`)."""
     EVAL_RUN = "eval_run"
