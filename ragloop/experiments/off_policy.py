@@ -59,7 +59,7 @@ regression watches the version afterwards like every current one.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
@@ -197,11 +197,27 @@ def off_policy_evidence(
     paths = _paths(diff) if diff else set()
     if paths and paths <= ANSWER_KEYS:
         return trial_evidence(store, current, candidate, diff)
+    agent = (current.config or {}).get("agent") or {}
     if paths and paths <= CHECK_KEYS:
-        return _raise_evidence(store, current, candidate, paths, CHECK_KEYS, CHECK_ACTION, "answer_check")
+        # the check's threshold counts as 0 (off) while another reader, or none, serves
+        reader = (agent.get("scorers") or {}).get("answer_check")
+        serving = {reader: agent.get("tau_answer", 0.0)} if reader else {}
+        return _raise_evidence(
+            store,
+            current,
+            candidate,
+            paths,
+            CHECK_KEYS,
+            CHECK_ACTION,
+            "answer_check",
+            serving=lambda evidence: serving.get(evidence.get("scorer"), 0.0),
+        )
     if paths and not paths & GATE_KEYS:
         return retrieval_evidence(store, current, candidate, diff)
-    return _raise_evidence(store, current, candidate, paths, GATE_KEYS, REFIT_ACTION, "tau_raise")
+    tau_lower = agent.get("tau_lower", math.nan)
+    return _raise_evidence(
+        store, current, candidate, paths, GATE_KEYS, REFIT_ACTION, "tau_raise", serving=lambda _evidence: tau_lower
+    )
 
 
 def _raise_evidence(
@@ -212,22 +228,19 @@ def _raise_evidence(
     allowed: frozenset[tuple[str, ...]],
     action: str,
     route: str,
+    *,
+    serving: Callable[[Mapping[str, Any]], Any],
 ) -> dict[str, Any] | None:
     """A refusal threshold raised by a fit (τL, the answer check's): its `action` entry's fit raised the
-    threshold the current version serves, with both gain intervals above 0 on outcomes the labels give."""
+    threshold the current version serves (`serving(evidence)`), with both gain intervals above 0 on
+    outcomes the labels give."""
     entry = _entry_for(store, current, candidate, paths, allowed, action)
     if entry is None:
         return None
     log_id, evidence = entry
     fit = evidence.get("fit") or {}
-    agent = (current.config or {}).get("agent") or {}
-    if route == "tau_raise":
-        serving = agent.get("tau_lower", math.nan)
-    else:  # the check's threshold counts as 0 while another reader (or none) serves
-        same = (agent.get("scorers") or {}).get("answer_check") == evidence.get("scorer")
-        serving = agent.get("tau_answer", 0.0) if same else 0.0
     try:
-        raised = float(fit["fitted"]) > float(fit["current"]) and float(fit["current"]) == float(serving)
+        raised = float(fit["fitted"]) > float(fit["current"]) and float(fit["current"]) == float(serving(evidence))
         gained = float(fit["lo"]) > 0.0 and float(fit["cv_lo"]) > 0.0
     except (KeyError, TypeError, ValueError):
         return None

@@ -47,9 +47,9 @@ from ragloop.improve.remediation.base import (
     RemediationContext,
     register_candidate,
 )
-from ragloop.improve.remediation.gate_labels import Labelled, impute, labelled_answers
+from ragloop.improve.remediation.gate_labels import Labelled, labelled_answers
 from ragloop.improve.remediation.prompts import RunnerFactory, agent_runner
-from ragloop.improve.remediation.thresholds import GRID, GateSample, TauFit, fit_tau_lower
+from ragloop.improve.remediation.thresholds import GRID, GateSample, TauFit, as_gate_samples, fit_tau_lower
 from ragloop.improve.types import ActionKind
 from ragloop.models.chat import CallPurpose, call_scope, run_sync
 from ragloop.models.scoring import Scorer, make_scorer
@@ -124,18 +124,7 @@ class AnswerCheckAction(Remediation[AnswerCheckPayload]):
     def samples(self, ctx: RemediationContext, scorer: Scorer) -> list[GateSample]:
         answered = self._answered(ctx)
         scores = run_sync(_scores(scorer, [(q, text) for _, q, text in answered]))
-        labelled = [replace(item, score=p) for (item, _, _), p in zip(answered, scores, strict=True)]
-        return [
-            GateSample(
-                score=min(1.0, max(0.0, item.score)),
-                answerable=rights[1] < 0.5,
-                answer_right=rights[0],
-                refusal_right=rights[1],
-                refused=False,
-                label_source="+".join(item.sources),
-            )
-            for item, rights in zip(labelled, impute(labelled), strict=True)
-        ]
+        return as_gate_samples([replace(item, score=p) for (item, _, _), p in zip(answered, scores, strict=True)])
 
     def golden(self, ctx: RemediationContext, scorer: Scorer, runner: RunnerFactory | None = None) -> GoldenCheck:
         """The serving config's answers to the working golden entries (never the held-out share), read by

@@ -34,7 +34,7 @@ from ragloop.improve.remediation.base import (
     RemediationContext,
     register_candidate,
 )
-from ragloop.improve.remediation.gate_labels import impute, labelled_answers
+from ragloop.improve.remediation.gate_labels import Labelled, impute, labelled_answers
 from ragloop.improve.types import ActionKind
 from ragloop.store import Store
 
@@ -298,10 +298,15 @@ def gate_samples(store: Store, collection: str, *, limit: int = 5000) -> list[Ga
     and diagnoses, combined per answer and imputed where a label leaves a fact open (`gate_labels`).
     Labelled answers are not a random sample (users rate more often what went wrong): the fit is a
     candidate for the golden check and an experiment to judge, never a change that serves."""
-    labelled = labelled_answers(store, collection, first_gate_score, limit=limit)
+    return as_gate_samples(labelled_answers(store, collection, first_gate_score, limit=limit))
+
+
+def as_gate_samples(labelled: Sequence[Labelled]) -> list[GateSample]:
+    """Labelled answers as samples of a refusal threshold's fit: labels combined, unknowns imputed from
+    neighbours in score (`gate_labels.impute`)."""
     return [
         GateSample(
-            score=item.score,
+            score=min(1.0, max(0.0, item.score)),
             answerable=rights[1] < 0.5,
             answer_right=rights[0],
             refusal_right=rights[1],
