@@ -12,6 +12,11 @@ the candidate still needs the golden check and an experiment.
 
 With an answer-check reader configured (`RemediationSettings.answer_check`), the same labels also
 propose its fit (`remediation.answer_check`), on the same schedule.
+
+A new epoch (the labels doubled) is not proposed while that kind's earlier proposal for the same
+version is still open: the scheduler would run the two back to back on the config the pass began
+with, the second refitting from the same baseline (seen in the simulation: an answer-check fit of
+~200 reader calls, run twice in one pass, registering the same version twice).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from sqlalchemy import func, select
 from ragloop.config import PipelineConfig
 from ragloop.improve.types import ActionKind
 from ragloop.store import Store
-from ragloop.store.vocabulary import Tier
+from ragloop.store.vocabulary import ActionStatus, Tier
 
 MIN_LABELS = 50
 CONFIDENCE = 0.75
@@ -55,11 +60,17 @@ def propose_from_labels(
         return False
     epoch = int(math.log2(labels / min_labels))  # refit again each time the labels double
     kinds = [ActionKind.THRESHOLD_RECALIBRATION] + ([ActionKind.ANSWER_CHECK] if answer_check else [])
+    prefix = f"{collection}:{config.version_id}:labels-"
     for kind in kinds:
+        open_ = store.improvement_actions.listed(
+            status=(ActionStatus.PROPOSED, ActionStatus.SCHEDULED), kind=kind.value, domain=collection
+        )
+        if any(a.dedupe_key.startswith(prefix) for a in open_):
+            continue  # the open one reads every label there is when it runs (module docstring)
         store.improvement_actions.propose(
             kind.value,
             "pipeline" if kind is ActionKind.THRESHOLD_RECALIBRATION else "answer_check",
-            f"{collection}:{config.version_id}:labels-{epoch}",
+            f"{prefix}{epoch}",
             domain=collection,
             evidence={"confidence": CONFIDENCE, "reason": "labelled traffic", "explicit_labels": labels},
             payload={

@@ -137,5 +137,12 @@ def test_labelled_traffic_alone_proposes_and_applies_the_refit(store: Store, tmp
         for i in range(50):
             store.feedback.add(_served(store, 200 + i, 0.5, refused=False), "positive")
         assert propose_from_labels(store, K1, "kb") and len(store.improvement_actions.listed()) == 2
+        # doubled again while that epoch's proposal is still open: it will read these labels too
+        for i in range(100):
+            store.feedback.add(_served(store, 300 + i, 0.5, refused=False), "positive")
+        assert propose_from_labels(store, K1, "kb") and len(store.improvement_actions.listed()) == 2
+        run_pass(store, K1, context=ctx, label_collection="kb")  # runs it; the next epoch's proposal waited
+        assert len(store.improvement_actions.listed()) == 2
+        assert propose_from_labels(store, K1, "kb") and len(store.improvement_actions.listed()) == 3
     finally:
         coll.close()
