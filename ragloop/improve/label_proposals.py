@@ -62,14 +62,15 @@ def propose_from_labels(
     kinds = [ActionKind.THRESHOLD_RECALIBRATION] + ([ActionKind.ANSWER_CHECK] if answer_check else [])
     prefix = f"{collection}:{config.version_id}:labels-"
     for kind in kinds:
+        component = "pipeline" if kind is ActionKind.THRESHOLD_RECALIBRATION else "answer_check"
         open_ = store.improvement_actions.listed(
-            status=(ActionStatus.PROPOSED, ActionStatus.SCHEDULED), kind=kind.value, domain=collection
+            status=(ActionStatus.PROPOSED, ActionStatus.SCHEDULED), kind=kind.value, component=component
         )
         if any(a.dedupe_key.startswith(prefix) for a in open_):
             continue  # the open one reads every label there is when it runs (module docstring)
         store.improvement_actions.propose(
             kind.value,
-            "pipeline" if kind is ActionKind.THRESHOLD_RECALIBRATION else "answer_check",
+            component,
             f"{prefix}{epoch}",
             domain=collection,
             evidence={"confidence": CONFIDENCE, "reason": "labelled traffic", "explicit_labels": labels},
