@@ -38,6 +38,12 @@ def main() -> None:
         "--mtrag-traffic-per-day", type=int, default=40, help="graded MTRAG conversations a day (~4.3 turns each)"
     )
     ap.add_argument("--heldout", type=int, default=150, help="held-out items measured (fixed sample)")
+    ap.add_argument(
+        "--heldout-avoid",
+        type=int,
+        default=0,
+        help="leave out the items of the fixed held-out sample of this size (what earlier runs measured)",
+    )
     ap.add_argument("--golden", type=int, default=40)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument(
@@ -64,6 +70,7 @@ def main() -> None:
         day_minutes=args.day_minutes,
         traffic_per_day=args.traffic_per_day,
         heldout=args.heldout,
+        heldout_avoid=args.heldout_avoid,
         golden=args.golden,
         users=default_users(0.30, 0.10, 20),
         workers=args.workers,

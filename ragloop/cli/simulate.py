@@ -48,6 +48,10 @@ def simulate(
         int | None, typer.Option("--traffic-per-day", min=1, help="Graded turns a day (default: all once).")
     ] = None,
     heldout: Annotated[int | None, typer.Option("--heldout", min=2, help="Held-out items measured.")] = None,
+    heldout_avoid: Annotated[
+        int,
+        typer.Option("--heldout-avoid", min=0, help="Leave out the fixed held-out sample of this size (seen before)."),
+    ] = 0,
     golden: Annotated[int, typer.Option("--golden", min=0, help="Traffic items curated into the golden set.")] = 40,
     workers: Annotated[int, typer.Option("--workers", min=0, max=8, help="`ragloop worker` processes.")] = 1,
     postgres: Annotated[
@@ -88,6 +92,7 @@ def simulate(
         day_minutes=day_minutes,
         traffic_per_day=traffic,
         heldout=heldout,
+        heldout_avoid=heldout_avoid,
         users=default_users(rate, flip, reviews),
         workers=workers,
         golden=golden,

@@ -49,6 +49,16 @@ def test_days_deal_out_traffic_without_splitting_sessions() -> None:
     assert sample_heldout(data.heldout, 10) == sample_heldout(data.heldout, 10)
 
 
+def test_a_fresh_heldout_sample_leaves_out_the_one_measured_before() -> None:
+    items = load_squad_sim(paragraphs_per_article=3).heldout
+    seen = {i.id for i in sample_heldout(items, 10)}
+    fresh = sample_heldout(items, 10, avoid=10)
+    assert len(fresh) == 10 and not seen & {i.id for i in fresh}
+    assert fresh == sample_heldout(items, 10, avoid=10)  # fixed, like the first
+    rest = sample_heldout(items, None, avoid=10)
+    assert len(rest) == len(items) - 10 and {i.id for i in rest} | seen == {i.id for i in items}
+
+
 def test_a_data_file_in_the_published_format_is_taken_by_path(tmp_path: Path) -> None:
     raw = json.loads(SQUAD.read_text())
     raw["data"] = raw["data"][:2]

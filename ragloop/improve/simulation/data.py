@@ -128,12 +128,19 @@ def load_mtrag_sim(path: str | Path | None = None) -> SimData:
     return data
 
 
-def sample_heldout(items: Sequence[EvalItem], n: int | None, seed: int = 0) -> list[EvalItem]:
-    """A fixed random sample of the held-out items (all of them when `n` is None or larger)."""
-    if n is None or n >= len(items):
-        return list(items)
-    rng = random.Random(f"heldout-sample:{seed}")
-    picked = sorted(rng.sample(range(len(items)), n))
+def sample_heldout(items: Sequence[EvalItem], n: int | None, seed: int = 0, *, avoid: int = 0) -> list[EvalItem]:
+    """A fixed random sample of the held-out items (all of them when `n` is None or larger).
+
+    `avoid`: the items of this seed's `avoid`-item sample (what earlier runs measured) are left out, so
+    a rule chosen after seeing that sample's result is tested on held-out items nothing has seen."""
+    pool = list(range(len(items)))
+    key = f"heldout-sample:{seed}"
+    if avoid:
+        seen = set(random.Random(key).sample(pool, min(avoid, len(pool))))
+        pool, key = [i for i in pool if i not in seen], f"{key}:avoid-{avoid}"
+    if n is None or n >= len(pool):
+        return [items[i] for i in pool]
+    picked = sorted(random.Random(key).sample(pool, n))
     return [items[i] for i in picked]
 
 

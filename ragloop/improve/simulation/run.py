@@ -58,6 +58,8 @@ class ArmConfig:
     """Graded turns a day (None: the traffic part once over the week)."""
     heldout: int | None = None
     """Held-out items measured (a fixed sample; None: all)."""
+    heldout_avoid: int = 0
+    """Leave out the items of the fixed sample of this size (`data.sample_heldout`'s `avoid`)."""
     paragraphs_per_article: int | None = None
     users: UserModel = field(default_factory=UserModel)
     golden: int = 40
@@ -143,8 +145,9 @@ def run_arm(cfg: ArmConfig, work: Path, *, log: Any = print) -> ArmResult:
     shutil.rmtree(arm_dir, ignore_errors=True)
     home = arm_dir / "home"
     shutil.copytree(prepare_home(data, config, work), home, ignore=shutil.ignore_patterns("corpus"))
-    heldout = sample_heldout(data.heldout, cfg.heldout, cfg.seed)
-    result = ArmResult(cfg, data.split_note() + f"; measured: {len(heldout)} held-out items")
+    heldout = sample_heldout(data.heldout, cfg.heldout, cfg.seed, avoid=cfg.heldout_avoid)
+    avoided = f" (none of the {cfg.heldout_avoid}-item sample)" if cfg.heldout_avoid else ""
+    result = ArmResult(cfg, data.split_note() + f"; measured: {len(heldout)} held-out items{avoided}")
     url = cfg.database_url or f"sqlite:///{home / 'ragloop.db'}"
     with _MIGRATIONS:  # Alembic's migration context is process-global: one arm at a time
         store = Store.open(url)
