@@ -5,12 +5,14 @@ on its held-out part: the denominator of the loop's outcome 4.
     ragloop improve optimum --dataset mtrag [--start start.yaml] [--limit 120] [--json]
     ragloop improve optimum --dataset squad --traffic 150 --heldout 100 \
         --results benchmarks/results/self_improvement/self_improvement.json --arm squad-defaults
+    ragloop improve optimum --dataset squad ... --answer-check llm:local:qwen2.5-coder-1.5b
 
 `--heldout N` scores the simulation's own fixed held-out sample (`simulation.data.sample_heldout`,
 same seed), so the optimum and the loop are measured on the same questions; `--traffic N` searches on
 a fixed random sample of the traffic part (every traffic article, not the first ones). With
 `--results` and `--arm`, the arm's final served version is scored on those held-out items too and
 outcome 4 (loop / optimum, paired bootstrap CI) is written into that results JSON and its Markdown.
+`--answer-check READER` (the simulation's) adds the answer check's threshold as the last stage.
 """
 
 from __future__ import annotations
@@ -39,7 +41,14 @@ def optimum(
     heldout_n: Annotated[
         int | None, typer.Option("--heldout", help="Score the simulation's fixed sample of N held-out items.")
     ] = None,
+    heldout_avoid: Annotated[
+        int, typer.Option("--heldout-avoid", min=0, help="As the simulation's: leave out its earlier N-item sample.")
+    ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="The simulation's seed (its held-out sample).")] = 0,
+    answer_check: Annotated[
+        str | None,
+        typer.Option("--answer-check", help="The reader the loop could turn on: its τ_answer is searched last."),
+    ] = None,
     results: Annotated[
         Path | None, typer.Option("--results", help="A simulation results JSON: write outcome 4 into it.")
     ] = None,
@@ -60,6 +69,7 @@ def optimum(
         sample_items,
         search,
         sim_heldout,
+        space,
         split_items,
     )
     from ragloop.improve.simulation.data import sample_heldout
@@ -81,10 +91,10 @@ def optimum(
         traffic, test = traffic[:limit], test[:limit]
     traffic = sample_items(traffic, traffic_n, f"optimum-traffic:{seed}")
     if heldout_n is not None:  # the simulation's held-out list, in its order, so the sample is its sample
-        test = sample_heldout(sim_heldout(dataset, datasets_dir), heldout_n, seed)
+        test = sample_heldout(sim_heldout(dataset, datasets_dir), heldout_n, seed, avoid=heldout_avoid)
     s = settings()
     score = runner_scorer(suite, s, out_dir or (s.home / "optimum" / dataset), workers=workers)
-    result = search(base, traffic, score)
+    result = search(base, traffic, score, space(answer_check))
     data = {
         "dataset": dataset,
         "traffic_items": len(traffic),
@@ -97,7 +107,7 @@ def optimum(
     }
     if results is not None and arm is not None:
         try:
-            loop_cfg = loop_config(results, arm, result)
+            loop_cfg = loop_config(results, arm, result, answer_check)
         except (OSError, ValueError, LookupError) as exc:
             fail(f"{type(exc).__name__}: {exc}")
         o4 = outcome_4(dataset, score(loop_cfg, test), score(result.best, test))

@@ -9,7 +9,8 @@ loop's final pipeline is measured on.
 buffer's retrieval refit, `remediation.ranking` / `remediation.topk`), the fusion weight (the same
 refit, hybrid only), the gate τL (`remediation.thresholds`; τU follows it up where τL would pass it),
 the prompt variant and the answer graph's knobs, knowledge refinement on/off and the answer's
-sentence cap (`remediation.prompts`). Not in it: global chunking (the loop re-chunks one
+sentence cap (`remediation.prompts`); where the deployment allows a reader, the answer check's
+threshold (`check_stage`, `remediation.answer_check`). Not in it: global chunking (the loop re-chunks one
 document at a time, so the start's chunk size is the optimum's too) and the tier-1 model (it
 routes evaluations, it does not answer).
 
@@ -74,6 +75,22 @@ SPACE: tuple[Stage, ...] = (
     # the answer graph's knobs the answer-graph candidate turns (`remediation.prompts.variants`)
     Stage("answer", (Knob(("agent", "refine"), (True, False)), Knob(("agent", "max_answer_sentences"), (3, 8)))),
 )
+
+
+CHECK_TAUS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
+
+
+def check_stage(reader: str, taus: Sequence[float] = CHECK_TAUS) -> Stage:
+    """The answer check's stage, last (it reads the drafted answer): τ_answer for `reader`, the one the
+    deployment lets the loop turn on (`RAGLOOP_ANSWER_CHECK`); the anchor (τ 0) is the check off."""
+    return Stage(
+        "check",
+        (Knob(("agent", "scorers", "answer_check"), (reader,)), Knob(("agent", "tau_answer"), tuple(taus))),
+    )
+
+
+def space(answer_check: str | None = None) -> tuple[Stage, ...]:
+    return SPACE + ((check_stage(answer_check),) if answer_check else ())
 
 
 def overrides(settings: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
@@ -209,10 +226,11 @@ def sim_heldout(dataset: str, path: str | Path | None = None) -> list[EvalItem]:
     return (load_squad_sim(path) if dataset == "squad" else load_mtrag_sim(path)).heldout
 
 
-def loop_config(results: Path, arm: str, searched: OptimumResult) -> PipelineConfig:
+def loop_config(results: Path, arm: str, searched: OptimumResult, reader: str | None = None) -> PipelineConfig:
     """The config the arm of a simulation results JSON served at its last measurement. The JSON
     keeps version ids, not configs; a version id is the config's content hash, so the config is
-    found among those the search built (the start and every trial) or it is an error."""
+    found among those the search built (the start and every trial; with `reader`, each of them with
+    the answer check at any τ the check's fit can pick) or it is an error."""
     import json
 
     doc = json.loads(results.read_text(encoding="utf-8"))
@@ -228,6 +246,13 @@ def loop_config(results: Path, arm: str, searched: OptimumResult) -> PipelineCon
         if t.version_id not in known:
             stage_cfg = apply(searched.start, {tuple(k.split(".")): v for k, v in t.settings.items()})
             known[stage_cfg.version_id] = stage_cfg
+    if version not in known and reader:  # the loop's check fit picks τ_answer on the thresholds' grid
+        from ragloop.improve.remediation.thresholds import GRID
+
+        for cfg in list(known.values()):
+            for tau in GRID:
+                checked = apply(cfg, {("agent", "scorers", "answer_check"): reader, ("agent", "tau_answer"): tau})
+                known.setdefault(checked.version_id, checked)
     if version not in known:
         raise LookupError(f"{arm}'s final version {version} is neither the start nor a searched config")
     return known[version]

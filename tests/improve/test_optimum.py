@@ -15,10 +15,12 @@ from ragloop.evaluation.suites import EvalItem
 from ragloop.improve.optimum import (
     SPACE,
     ItemScores,
+    apply,
     held_out_score,
     loop_config,
     sample_items,
     search,
+    space,
     split_items,
 )
 from ragloop.improve.simulation.split import is_test, item_group
@@ -143,6 +145,26 @@ def test_the_loop_version_is_found_among_the_searched_configs(tmp_path: Path) ->
         loop_config(path, "a", result)
     with pytest.raises(LookupError):
         loop_config(path, "b", result)
+
+
+def test_the_answer_check_is_searched_last_and_the_loops_fitted_threshold_is_found(tmp_path: Path) -> None:
+    reader = "llm:scripted"
+
+    def check_helps(cfg: PipelineConfig, items: Sequence[EvalItem]) -> ItemScores:
+        on = cfg.agent.scorers.answer_check == reader and cfg.agent.tau_answer > 0
+        acc = _accuracy(cfg) + (0.2 - abs(cfg.agent.tau_answer - 0.15) if on else 0.0)
+        return {it.id: 1.0 if (i % 100) < acc * 100 else 0.0 for i, it in enumerate(items)}
+
+    assert space() == SPACE and [s.name for s in space(reader)][-1] == "check"
+    result = search(DEGRADED, _items(100), check_helps, space(reader))
+    assert result.best.agent.scorers.answer_check == reader and result.best.agent.tau_answer == 0.15
+    assert result.best.retrieval.k == 5  # the earlier stages as without the check
+    path = tmp_path / "r.json"
+    fitted = apply(DEGRADED, {("agent", "scorers", "answer_check"): reader, ("agent", "tau_answer"): 0.11})
+    path.write_text(json.dumps({"arms": [{"label": "a", "measurements": [{"versions": {fitted.version_id: 9}}]}]}))
+    assert loop_config(path, "a", result, reader).version_id == fitted.version_id
+    with pytest.raises(LookupError):  # without the reader the fitted threshold is not among the configs
+        loop_config(path, "a", result)
 
 
 def test_the_traffic_sample_is_fixed_and_spans_the_part() -> None:
