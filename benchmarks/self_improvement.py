@@ -22,6 +22,7 @@ from pathlib import Path
 
 from _common import BENCH_HOME, RESULTS_DIR, machine
 
+from ragloop.improve.simulation.data import parse_sizes
 from ragloop.improve.simulation.plan import Plan, default_users, full_arms, simulate
 from ragloop.improve.simulation.run import ArmConfig
 
@@ -40,9 +41,9 @@ def main() -> None:
     ap.add_argument("--heldout", type=int, default=150, help="held-out items measured (fixed sample)")
     ap.add_argument(
         "--heldout-avoid",
-        type=int,
-        default=0,
-        help="leave out the items of the fixed held-out sample of this size (what earlier runs measured)",
+        type=parse_sizes,
+        default=(),
+        help="sizes of the held-out samples earlier runs measured, in order (e.g. 100,300): their items are left out",
     )
     ap.add_argument("--golden", type=int, default=40)
     ap.add_argument("--workers", type=int, default=1)

@@ -42,8 +42,8 @@ def optimum(
         int | None, typer.Option("--heldout", help="Score the simulation's fixed sample of N held-out items.")
     ] = None,
     heldout_avoid: Annotated[
-        int, typer.Option("--heldout-avoid", min=0, help="As the simulation's: leave out its earlier N-item sample.")
-    ] = 0,
+        str, typer.Option("--heldout-avoid", help="As the simulation's: sizes of earlier samples (100,300).")
+    ] = "",
     seed: Annotated[int, typer.Option("--seed", help="The simulation's seed (its held-out sample).")] = 0,
     answer_check: Annotated[
         str | None,
@@ -72,7 +72,7 @@ def optimum(
         space,
         split_items,
     )
-    from ragloop.improve.simulation.data import sample_heldout
+    from ragloop.improve.simulation.data import parse_sizes, sample_heldout
     from ragloop.improve.simulation.outcomes import outcome_4
     from ragloop.improve.simulation.report import write_outcome_4
 
@@ -91,7 +91,11 @@ def optimum(
         traffic, test = traffic[:limit], test[:limit]
     traffic = sample_items(traffic, traffic_n, f"optimum-traffic:{seed}")
     if heldout_n is not None:  # the simulation's held-out list, in its order, so the sample is its sample
-        test = sample_heldout(sim_heldout(dataset, datasets_dir), heldout_n, seed, avoid=heldout_avoid)
+        try:
+            avoid = parse_sizes(heldout_avoid)
+        except ValueError as exc:
+            fail(str(exc))
+        test = sample_heldout(sim_heldout(dataset, datasets_dir), heldout_n, seed, avoid=avoid)
     s = settings()
     score = runner_scorer(suite, s, out_dir or (s.home / "optimum" / dataset), workers=workers)
     result = search(base, traffic, score, space(answer_check))

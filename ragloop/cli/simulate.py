@@ -49,9 +49,9 @@ def simulate(
     ] = None,
     heldout: Annotated[int | None, typer.Option("--heldout", min=2, help="Held-out items measured.")] = None,
     heldout_avoid: Annotated[
-        int,
-        typer.Option("--heldout-avoid", min=0, help="Leave out the fixed held-out sample of this size (seen before)."),
-    ] = 0,
+        str,
+        typer.Option("--heldout-avoid", help="Sizes of the held-out samples measured before (100,300): left out."),
+    ] = "",
     golden: Annotated[int, typer.Option("--golden", min=0, help="Traffic items curated into the golden set.")] = 40,
     workers: Annotated[int, typer.Option("--workers", min=0, max=8, help="`ragloop worker` processes.")] = 1,
     postgres: Annotated[
@@ -73,6 +73,7 @@ def simulate(
     json_: JsonOpt = False,
 ) -> None:
     """Prove the loop: replayed traffic through the real service, measured on held-out questions."""
+    from ragloop.improve.simulation.data import parse_sizes
     from ragloop.improve.simulation.plan import Plan, default_users, full_arms, quick_arms, single_arm
     from ragloop.improve.simulation.run import ArmConfig
 
@@ -83,6 +84,10 @@ def simulate(
     for p in (squad, mtrag):
         if p is not None and not p.is_file():
             fail(f"no such data file: {p}")
+    try:
+        avoid = parse_sizes(heldout_avoid)
+    except ValueError as exc:
+        fail(str(exc))
     base = ArmConfig(
         label="",
         dataset="squad" if dataset == "both" else dataset,
@@ -92,7 +97,7 @@ def simulate(
         day_minutes=day_minutes,
         traffic_per_day=traffic,
         heldout=heldout,
-        heldout_avoid=heldout_avoid,
+        heldout_avoid=avoid,
         users=default_users(rate, flip, reviews),
         workers=workers,
         golden=golden,

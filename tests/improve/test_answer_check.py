@@ -7,10 +7,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from ragloop.config import PipelineConfig
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.remediate import run_pass
 from ragloop.improve.remediation import RemediationContext, RemediationSettings
+from ragloop.improve.remediation.answer_check import GoldenCheck
+from ragloop.improve.remediation.thresholds import GateSample
 from ragloop.models.scoring import FunctionScorer
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
@@ -106,3 +110,18 @@ def test_the_golden_sets_clean_labels_bound_false_refusals(sqlite_store: Store, 
     assert golden["answerable"] == 2 and golden["answered"] >= 1, golden
     assert fit.pipeline_version_after is None and fit.evidence["fit"]["fitted"] <= 0.1
     assert any("Zorblat" in q for _, q, _ in reader.calls)  # the golden drafts were read
+
+
+def test_the_golden_bound_is_checked_against_laplaces_estimate_not_the_raw_rate() -> None:
+    """The fit takes the most accurate threshold the bound admits, so the raw rate of the one it takes
+    is biased low: with 87 answerable entries (the simulation's), one newly refused is 1.1% raw but
+    2.2% estimated, over a 2-point bound; none is 1.1%, under it; 20 entries cannot show ≤ 2% at all."""
+    answerable = [
+        GateSample(score=0.05 * (i + 1), answer_right=1.0, refusal_right=0.0, refused=False) for i in range(3)
+    ]
+    check = GoldenCheck(answerable, n_answerable=87)
+    assert check.newly_refused(0.06, 0.0) == 1 and check.false_refusal_increase(0.06, 0.0) == pytest.approx(1 / 87)
+    assert check.false_refusal_estimate(0.06, 0.0) == pytest.approx(2 / 89) and 2 / 89 > 0.02
+    assert check.false_refusal_estimate(0.05, 0.0) == pytest.approx(1 / 89) and 1 / 89 < 0.02
+    assert check.newly_refused(0.12, 0.06) == 1  # counted from the current threshold up
+    assert GoldenCheck(answerable, n_answerable=20).false_refusal_estimate(0.01, 0.0) > 0.02

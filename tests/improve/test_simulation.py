@@ -18,6 +18,7 @@ from ragloop.improve.simulation.data import (
     day_sessions,
     load_mtrag_sim,
     load_squad_sim,
+    parse_sizes,
     sample_heldout,
     split_part,
 )
@@ -52,11 +53,17 @@ def test_days_deal_out_traffic_without_splitting_sessions() -> None:
 def test_a_fresh_heldout_sample_leaves_out_the_one_measured_before() -> None:
     items = load_squad_sim(paragraphs_per_article=3).heldout
     seen = {i.id for i in sample_heldout(items, 10)}
-    fresh = sample_heldout(items, 10, avoid=10)
+    fresh = sample_heldout(items, 10, avoid=(10,))
     assert len(fresh) == 10 and not seen & {i.id for i in fresh}
-    assert fresh == sample_heldout(items, 10, avoid=10)  # fixed, like the first
-    rest = sample_heldout(items, None, avoid=10)
+    assert fresh == sample_heldout(items, 10, avoid=(10,))  # fixed, like the first
+    third = {i.id for i in sample_heldout(items, 5, avoid=(10, 10))}  # after both earlier samples
+    assert len(third) == 5 and not third & (seen | {i.id for i in fresh})
+    rest = sample_heldout(items, None, avoid=(10,))
     assert len(rest) == len(items) - 10 and {i.id for i in rest} | seen == {i.id for i in items}
+    assert parse_sizes("100,300") == (100, 300) and parse_sizes("") == ()
+    for bad in ("100,x", "0"):
+        with pytest.raises(ValueError, match="heldout-avoid"):
+            parse_sizes(bad)
 
 
 def test_a_data_file_in_the_published_format_is_taken_by_path(tmp_path: Path) -> None:

@@ -19,10 +19,16 @@ imputed (`TauFit.off_policy`), and the candidate may go current on the golden ch
 
 The fit is the τL refit's rule (`thresholds.fit_tau_lower`: the most accurate threshold whose
 paired-bootstrap gain lies above 0 in sample and cross-fitted) over both sample sets, with the check
-off (threshold 0) as the baseline, among the thresholds that refuse at most `max_false_refusal` (2
-points: the tolerance the loop is held to for any held-out metric) more of the *golden* answerable
-entries; at 5 points the simulation's fit took τ 0.25, refusing 4 of 87 answerable golden entries and
-3 of 44 held-out ones. Why that bound is taken on the golden set: rating
+off (threshold 0) as the baseline, among the thresholds whose *estimated* false-refusal increase on
+the golden answerable entries is at most `max_false_refusal` (2 points: the tolerance the loop is held
+to for any held-out metric). The estimate is Laplace's, (k + 1) / (n + 2) for k of n entries newly
+refused, not k / n: the fit picks the most accurate threshold the bound admits, so the raw rate of
+the one it picks is biased low, the more so the fewer entries there are. Measured: with the raw rate,
+the simulation's fit took τ 0.11, refusing 1 of 87 answerable golden entries (1.1%), and held out it
+refused 5 of 145 answerable questions never measured before (3.4%) and 2 of 44 in the earlier sample;
+at 5 points it took τ 0.25 (4 of 87; 3 of 44 held out). With 87 entries the estimate admits no new
+refusal; fewer than 48 admit no raise at all, so a small golden set keeps the check off rather than
+certifying a rate it cannot resolve. Why that bound is taken on the golden set: rating
 noise sits exactly where the check looks. In the simulation (10% of ratings flipped), 19 of the 20
 labelled answers the check scored below 0.2 answered unanswerable questions, but 4 of them carried a
 flipped positive rating and no reviewer label, so the labels said the check would refuse 10% of the
@@ -88,10 +94,16 @@ class GoldenCheck:
     n_answerable: int
     """Answerable entries in all, answered or not: the false-refusal rate's denominator."""
 
+    def newly_refused(self, tau: float, current: float) -> int:
+        """Answerable golden entries the check would refuse at `tau` but not at `current`."""
+        return sum(1 for s in self.samples if s.refusal_right == 0.0 and current <= s.score < tau)
+
     def false_refusal_increase(self, tau: float, current: float) -> float:
-        """Answerable golden entries the check would refuse at `tau` but not at `current`, per answerable entry."""
-        newly = sum(1 for s in self.samples if s.refusal_right == 0.0 and current <= s.score < tau)
-        return newly / self.n_answerable if self.n_answerable else 0.0
+        return self.newly_refused(tau, current) / self.n_answerable if self.n_answerable else 0.0
+
+    def false_refusal_estimate(self, tau: float, current: float) -> float:
+        """Laplace's estimate of the increase (module docstring): what the bound is checked against."""
+        return (self.newly_refused(tau, current) + 1) / (self.n_answerable + 2)
 
 
 class AnswerCheckAction(Remediation[AnswerCheckPayload]):
@@ -167,11 +179,16 @@ class AnswerCheckAction(Remediation[AnswerCheckPayload]):
         golden = self.golden(ctx, scorer) if p.golden_limit else GoldenCheck([], 0)
         samples = golden.samples + self.samples(ctx, scorer)
         # the false-refusal bound on the golden entries' clean labels when there are any (module docstring)
-        grid = [t for t in GRID if t <= current or golden.false_refusal_increase(t, current) <= p.max_false_refusal]
+        bound = golden.n_answerable > 0
+        grid = [
+            t
+            for t in GRID
+            if not bound or t <= current or golden.false_refusal_estimate(t, current) <= p.max_false_refusal
+        ]
         fit = fit_tau_lower(
             samples,
             current,
-            max_false_refusal=1.0 if golden.n_answerable else p.max_false_refusal,
+            max_false_refusal=1.0 if bound else p.max_false_refusal,
             resamples=ctx.settings.resamples,
             seed=ctx.settings.seed,
             grid=grid,
@@ -203,6 +220,7 @@ class AnswerCheckAction(Remediation[AnswerCheckPayload]):
             "answered": len(golden.samples),
             "answerable": golden.n_answerable,
             "false_refusal_increase": round(golden.false_refusal_increase(fit.fitted, fit.current), 6),
+            "false_refusal_estimate": round(golden.false_refusal_estimate(fit.fitted, fit.current), 6),
         }
         return AuditNote(
             action_type=FIT_ACTION,

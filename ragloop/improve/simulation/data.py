@@ -128,16 +128,30 @@ def load_mtrag_sim(path: str | Path | None = None) -> SimData:
     return data
 
 
-def sample_heldout(items: Sequence[EvalItem], n: int | None, seed: int = 0, *, avoid: int = 0) -> list[EvalItem]:
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """`--heldout-avoid 100,300` -> (100, 300)."""
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--heldout-avoid takes sample sizes like 100,300, got {text!r}") from None
+    if any(n < 1 for n in sizes):
+        raise ValueError(f"--heldout-avoid sizes must be positive, got {text!r}")
+    return sizes
+
+
+def sample_heldout(
+    items: Sequence[EvalItem], n: int | None, seed: int = 0, *, avoid: Sequence[int] = ()
+) -> list[EvalItem]:
     """A fixed random sample of the held-out items (all of them when `n` is None or larger).
 
-    `avoid`: the items of this seed's `avoid`-item sample (what earlier runs measured) are left out, so
-    a rule chosen after seeing that sample's result is tested on held-out items nothing has seen."""
+    `avoid`: the sizes of the samples earlier runs measured, in order (the first this seed's plain
+    sample, each later one drawn the same way from what the earlier ones left); their items are left
+    out, so a rule chosen after seeing their results is tested on held-out items nothing has seen."""
     pool = list(range(len(items)))
     key = f"heldout-sample:{seed}"
-    if avoid:
-        seen = set(random.Random(key).sample(pool, min(avoid, len(pool))))
-        pool, key = [i for i in pool if i not in seen], f"{key}:avoid-{avoid}"
+    for size in avoid:
+        seen = set(random.Random(key).sample(pool, min(size, len(pool))))
+        pool, key = [i for i in pool if i not in seen], f"{key}:avoid-{size}"
     if n is None or n >= len(pool):
         return [items[i] for i in pool]
     picked = sorted(random.Random(key).sample(pool, n))

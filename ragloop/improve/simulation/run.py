@@ -58,8 +58,8 @@ class ArmConfig:
     """Graded turns a day (None: the traffic part once over the week)."""
     heldout: int | None = None
     """Held-out items measured (a fixed sample; None: all)."""
-    heldout_avoid: int = 0
-    """Leave out the items of the fixed sample of this size (`data.sample_heldout`'s `avoid`)."""
+    heldout_avoid: tuple[int, ...] = ()
+    """Leave out the items of the fixed samples of these sizes earlier runs measured (`data.sample_heldout`)."""
     paragraphs_per_article: int | None = None
     users: UserModel = field(default_factory=UserModel)
     golden: int = 40
@@ -146,7 +146,8 @@ def run_arm(cfg: ArmConfig, work: Path, *, log: Any = print) -> ArmResult:
     home = arm_dir / "home"
     shutil.copytree(prepare_home(data, config, work), home, ignore=shutil.ignore_patterns("corpus"))
     heldout = sample_heldout(data.heldout, cfg.heldout, cfg.seed, avoid=cfg.heldout_avoid)
-    avoided = f" (none of the {cfg.heldout_avoid}-item sample)" if cfg.heldout_avoid else ""
+    earlier = " and ".join(f"{n}-item" for n in cfg.heldout_avoid)
+    avoided = f" (none of the earlier {earlier} samples)" if cfg.heldout_avoid else ""
     result = ArmResult(cfg, data.split_note() + f"; measured: {len(heldout)} held-out items{avoided}")
     url = cfg.database_url or f"sqlite:///{home / 'ragloop.db'}"
     with _MIGRATIONS:  # Alembic's migration context is process-global: one arm at a time
