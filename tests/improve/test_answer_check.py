@@ -17,7 +17,7 @@ from ragloop.improve.remediation.answer_check import GoldenCheck
 from ragloop.improve.remediation.thresholds import GateSample
 from ragloop.models.scoring import FunctionScorer
 from ragloop.retrieval.collection import Collection
-from ragloop.store import Store
+from ragloop.store import ImprovementAuditLog, Store
 from tests.agent.conftest import DOCS, HASHED, make_collection
 from tests.improve.remediation_support import K1, context
 
@@ -91,10 +91,8 @@ def test_without_a_configured_reader_nothing_is_proposed(sqlite_store: Store, tm
     assert {a.kind for a in store.improvement_actions.listed()} == {"threshold_recalibration"}
 
 
-def test_the_golden_sets_clean_labels_bound_false_refusals(sqlite_store: Store, coll: Collection) -> None:
-    """The same traffic, but the serving config's answers to the answerable golden entries score lowest
-    of all: every threshold that would refuse the traps would refuse them too, so nothing is registered."""
-    store = sqlite_store
+def _fit_with_golden(store: Store, coll: Collection, reader: FunctionScorer) -> ImprovementAuditLog:
+    """The traffic above plus a golden set of 2 answerable entries and 1 unanswerable; the fit's audit entry."""
     _serve(store, 40, trap=False)
     _serve(store, 30, trap=True)
     for q, ref in [("When was the Zorblat Bridge completed?", "1887"), ("How tall is the Quill Tower?", "96 metres")]:
@@ -102,14 +100,30 @@ def test_the_golden_sets_clean_labels_bound_false_refusals(sqlite_store: Store, 
     store.golden.add_golden_entry(
         "Which cable lands at Port Kessel?", "", source="human", created_by="test", domain_tags=["unanswerable"]
     )
-    reader = FunctionScorer(lambda q, text: 0.15 if "trap" in text else 0.85 if "right answer" in text else 0.1)
     ctx = replace(context(store, coll, ManualClock(), config=HASHED, answer_check=READER), scorers={READER: reader})
     run_pass(store, HASHED, context=ctx, label_collection="kb")
     [fit] = store.audit.timeline(action_type="answer_check_fit")
     golden = fit.evidence["golden"]
     assert golden["answerable"] == 2 and golden["answered"] >= 1, golden
-    assert fit.pipeline_version_after is None and fit.evidence["fit"]["fitted"] <= 0.1
     assert any("Zorblat" in q for _, q, _ in reader.calls)  # the golden drafts were read
+    return fit
+
+
+def test_the_golden_sets_clean_labels_bound_false_refusals(sqlite_store: Store, coll: Collection) -> None:
+    """The serving config's answers to the answerable golden entries score lowest of all: every
+    threshold that would refuse the traps would refuse them too, so nothing is registered."""
+    reader = FunctionScorer(lambda q, text: 0.15 if "trap" in text else 0.85 if "right answer" in text else 0.1)
+    fit = _fit_with_golden(sqlite_store, coll, reader)
+    assert fit.pipeline_version_after is None and fit.evidence["fit"]["fitted"] <= 0.1
+
+
+def test_two_answerable_golden_entries_cannot_certify_the_bound(sqlite_store: Store, coll: Collection) -> None:
+    """The golden answers score high, so no threshold that refuses the traps refuses them (raw rate 0),
+    but 2 entries cannot show a rate ≤ 2 points (Laplace: 1/4): the check stays off."""
+    fit = _fit_with_golden(sqlite_store, coll, FunctionScorer(lambda q, text: 0.15 if "trap" in text else 0.85))
+    assert fit.evidence["golden"]["false_refusal_increase"] == 0.0
+    assert fit.evidence["golden"]["false_refusal_estimate"] == 0.25
+    assert fit.pipeline_version_after is None and fit.evidence["fit"]["fitted"] == 0.0
 
 
 def test_the_golden_bound_is_checked_against_laplaces_estimate_not_the_raw_rate() -> None:
