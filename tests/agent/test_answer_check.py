@@ -58,3 +58,12 @@ def test_the_check_costs_nothing_while_off(coll: Collection) -> None:
 def test_the_check_reads_the_answer_without_marks_or_notes() -> None:
     shown = "It opened in 1887 [1].  It spans 420 m [2].\n\nNote: Not fully resolved: the span [3]."
     assert check_text(shown) == "It opened in 1887 . It spans 420 m ."
+
+
+def test_the_check_reads_a_long_answer_s_lead_up_to_a_sentence_end() -> None:
+    first, second = "It opened in 1887 [1].", "It spans 420 m and carries two tracks [2]."
+    assert check_text(f"{first} {second}", limit=40) == "It opened in 1887 ."
+    whole = check_text(f"{first} {second}")
+    assert check_text(f"{first} {second}", limit=len(whole)) == whole
+    one_sentence = "word " * 30
+    assert check_text(one_sentence, limit=22) == "word word word word"
