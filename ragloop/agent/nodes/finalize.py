@@ -39,8 +39,8 @@ CHECK_CHARS = 600
 """The most the answer check reads: the answer's lead, cut at a sentence end. Why: the reader's cost
 grows with its prompt, and a long-form answer is many sentences of context after its claim. Measured
 on MTRAG-UN (8-sentence answers, median 1,247 characters, 90th percentile 4,206), Qwen 1.5B took 17 s
-a read on 2 busy cores, so the fit read 49 answers in a simulated week; SQuAD 2.0 answers (median 245,
-at most 532 on 300 held-out answers) are read whole."""
+a read on 2 busy cores, so the fit read 53 answers in a simulated week and never finished; capped, it
+read 330 at 3.5 s. SQuAD 2.0 answers (median 245, at most 532 on 300 held-out answers) are read whole."""
 
 
 def check_text(answer: str, limit: int = CHECK_CHARS) -> str:
