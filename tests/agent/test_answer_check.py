@@ -67,3 +67,5 @@ def test_the_check_reads_a_long_answer_s_lead_up_to_a_sentence_end() -> None:
     assert check_text(f"{first} {second}", limit=len(whole)) == whole
     one_sentence = "word " * 30
     assert check_text(one_sentence, limit=22) == "word word word word"
+    # serving and the fit read at most the documented 600 characters of a 1,900-character answer
+    assert 500 < len(check_text("It spans 420 m [1]. " * 100)) <= 600
