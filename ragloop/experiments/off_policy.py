@@ -14,9 +14,10 @@ answers (`ragloop.improve.remediation.thresholds.fit_tau_lower`, `TauFit.off_pol
 evidence an experiment would gather, on all labelled traffic rather than half of it. LOOP.md: a
 global change must win an experiment *or pass the golden set* before it is current; such a
 candidate therefore faces the golden check (independent gold labels, never the held-out 20%; the
-gates include `answer_correct` and `refusal_correct`, so a raise that refuses answerable golden
-questions is refused), then is activated in the maintenance window (`via=remediation`), audited
-with both pieces of evidence; the nightly regression watches it like every current version.
+gates include `answer_correct`, `refusal_correct` and `correct_refusal`, so a raise that refuses
+answerable golden questions is refused, and so is a refit that answers unanswerable ones), then is
+activated in the maintenance window (`via=remediation`), audited with both pieces of evidence; the
+nightly regression watches it like every current version.
 
 **The answer check** (`ragloop.improve.remediation.answer_check`: a reader of the drafted answer
 and its threshold `tau_answer`) is the τL raise's case again: it only turns answers into refusals,

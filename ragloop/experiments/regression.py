@@ -4,14 +4,20 @@ pipeline, scored offline, compared with the last approved baseline; a drop rolls
 Per entry: `answer_correct` (answerable entries with an expected answer: 1 when the answer is
 right by the evaluation harness's own end-to-end rule, `answer_is_correct`), `answer_f1` (token F1
 against the expected answer), `doc_recall` (share of the required documents among the retrieved
-ones) and `refusal_correct` (1 when the pipeline refused exactly the unanswerable entries).
+ones), `refusal_correct` (1 when the pipeline refused exactly the unanswerable entries) and
+`correct_refusal` (unanswerable entries only: 1 when refused).
 **Gates** (`GATES`): correctness, document recall and refusals decide; `answer_f1` is reported, not
 a gate. Why: F1 against a one-line reference punishes a longer, complete answer. On MTRAG-UN,
 turning knowledge refinement off raised end-to-end accuracy 0.25 -> 0.40 while F1 fell
 0.275 -> 0.250 (`benchmarks/results/loop_knobs.md`), so an F1 gate refused exactly the changes the
-loop is measured on, and let through ones that shorten answers. The **baseline** is the latest
-completed run that detected no regression (a run that found one is never a baseline); its
-pipeline version is the *last approved version*.
+loop is measured on, and let through ones that shorten answers. `correct_refusal` gates on its own
+because the pooled `refusal_correct` nets the two kinds of refusal error against each other: a
+change that answers 5 falsely refused answerable entries and 5 unanswerable ones leaves it
+unchanged, while the simulation's held-out measurement reports correct refusal on the unanswerable
+questions alone (a retrieval refit lost 10 points of it held out and passed the pooled gate;
+README, outcome 2). False refusals need no gate of their own: `answer_correct` counts a refusal
+wrong. The **baseline** is the latest completed run that detected no regression (a run that found
+one is never a baseline); its pipeline version is the *last approved version*.
 
 **Decision on an interval, never a point**: per metric, the paired differences (current −
 baseline) over the entries both runs scored give a mean and a 95% t-interval; a regression is a
@@ -50,9 +56,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ragloop.experiments.regression")
 
 THRESHOLD = 0.02
-METRICS = ("answer_correct", "answer_f1", "doc_recall", "refusal_correct")
+METRICS = ("answer_correct", "answer_f1", "doc_recall", "refusal_correct", "correct_refusal")
 """Scored and reported per entry."""
-GATES = ("answer_correct", "doc_recall", "refusal_correct")
+GATES = ("answer_correct", "doc_recall", "refusal_correct", "correct_refusal")
 """The metrics whose regression fails a run (the nightly regression, the auto-experiment golden check)."""
 
 
@@ -70,6 +76,8 @@ Answerer = Callable[[str], Answered]
 def score_entry(entry: GoldenSetEntry, got: Answered) -> dict[str, float]:
     unanswerable = UNANSWERABLE_TAG in (entry.domain_tags or [])
     scores: dict[str, float] = {"refusal_correct": 1.0 if got.refused == unanswerable else 0.0}
+    if unanswerable:
+        scores["correct_refusal"] = 1.0 if got.refused else 0.0
     if not unanswerable and entry.expected_answer:
         scores["answer_f1"] = 0.0 if got.refused else float(token_f1(got.answer, entry.expected_answer))
         scores["answer_correct"] = (

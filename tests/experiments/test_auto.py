@@ -118,6 +118,36 @@ def _golden(store: Store, n: int = 12) -> list[str]:
     return questions
 
 
+def test_the_golden_check_refuses_a_candidate_that_trades_correct_refusals_for_answers(store: Store) -> None:
+    """The pooled `refusal_correct` nets the trade (6 falsely refused answerable entries now answered,
+    6 unanswerable ones now answered too) and answer accuracy rises: only `correct_refusal` sees it."""
+    current = _current(store)
+    cand = _candidate(store, current, {"retrieval": {"k": 8}}, kind="ranking_refit")
+    answerable = _golden(store, 20)
+    unanswerable = [q for q in (f"what is gadget {i} worth?" for i in range(60)) if not is_held_out(q)][:12]
+    for q in unanswerable:
+        add_entry(store, GoldenLine(question=q, should_refuse=True), created_by="t")
+
+    def answerer_for(version: str):
+        def answer(q: str) -> Answered:
+            if q in unanswerable:
+                lost = version == cand and unanswerable.index(q) < 6
+                return Answered("gadgets are worth it", [], False) if lost else Answered("not found", [], True)
+            i = answerable.index(q)
+            if version == current and i < 6:  # falsely refused by the current version
+                return Answered("not found", [], True)
+            return Answered(f"item {i} is called widget {i}", [f"d{i}"], False)
+
+        return answer
+
+    verdict = golden_check(store, answerer_for)(current, cand)
+    metrics = {m["metric"]: m for m in verdict.detail["metrics"]}
+    assert metrics["refusal_correct"]["difference"] == 0.0 and not metrics["refusal_correct"]["regressed"]
+    assert metrics["answer_correct"]["difference"] > 0
+    assert metrics["correct_refusal"]["n"] == 12 and metrics["correct_refusal"]["difference"] == -0.5
+    assert not verdict.passed and verdict.detail["regressed"] == ["correct_refusal"]
+
+
 def test_a_candidate_worse_on_the_golden_set_is_refused_and_never_retried(store: Store, clock: FakeClock) -> None:
     current = _current(store)
     cand = _candidate(store, current, {"agent": {"tau_lower": 0.65}})
