@@ -21,22 +21,20 @@ A periodic task (`ragloop serve`, every `experiment_aggregate_interval_s`, 300 b
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import select
 
+from ragloop.experiments import scores
 from ragloop.experiments._tdist import t_critical
 from ragloop.experiments.assignment import ExperimentStatus, Variant
 from ragloop.experiments.decisions import check_guardrail, promotable
 from ragloop.experiments.metrics import Metric, parse_metric
 from ragloop.experiments.promotion import MaintenanceWindow, SmokeTest, promote_experiment
 from ragloop.experiments.registry import Clock, utc_now
+from ragloop.experiments.scores import ArmScores, answer_scores
 from ragloop.experiments.stats import ArmSummary, SequentialDesign, compare
-from ragloop.store.vocabulary import EvaluationStatus
 
 if TYPE_CHECKING:
     from ragloop.store import Experiment, Store
@@ -51,78 +49,28 @@ class Recommendation:
     HALTED = "halted"
 
 
-@dataclass
-class ArmScores:
-    scores: dict[Metric, list[float]] = field(default_factory=lambda: defaultdict(list))
-    answers: int = 0
+def _experiment(experiment_id: str) -> tuple[Any, ...]:
+    from ragloop.store.models import Query
+
+    return (Query.experiment_id == experiment_id,)
+
+
+def _variant(name: str | None) -> Variant | None:
+    try:
+        return Variant(name or "")
+    except ValueError:
+        return None
 
 
 def arm_scores(store: Store, experiment_id: str) -> dict[Variant, ArmScores]:
-    """Every score of the answers each arm served (latest evaluation per answer and tier)."""
-    from ragloop.store.models import Answer, Evaluation, Query
-
-    arms = {v: ArmScores() for v in Variant}
-    with store.db.transaction(write=False) as s:
-        answers = s.execute(
-            select(Answer.answer_id, Query.variant, Answer.latency_ms, Answer.refused)
-            .join(Query, Query.query_id == Answer.query_id)
-            .where(Query.experiment_id == experiment_id)
-        ).all()
-        variant_of: dict[str, Variant] = {}
-        for answer_id, variant, latency_ms, refused in answers:
-            try:
-                v = Variant(variant or "")
-            except ValueError:
-                continue
-            variant_of[answer_id] = v
-            arm = arms[v]
-            arm.answers += 1
-            if latency_ms is not None:
-                arm.scores[Metric.LATENCY_P99].append(latency_ms / 1000.0)
-            arm.scores[Metric.REFUSAL_RATE].append(1.0 if refused else 0.0)
-        if not variant_of:
-            return arms
-        evals = s.execute(
-            select(Evaluation)
-            .join(Answer, Answer.answer_id == Evaluation.answer_id)
-            .join(Query, Query.query_id == Answer.query_id)
-            .where(Query.experiment_id == experiment_id, Evaluation.status == EvaluationStatus.COMPLETED)
-            .order_by(Evaluation.evaluated_at)
-        ).scalars()
-        latest: dict[tuple[str, str], Any] = {}
-        for ev in evals:
-            latest[(ev.answer_id, ev.evaluation_tier)] = ev
-    for answer_id, rating in latest_ratings(store, experiment_id).items():
-        arms[variant_of[answer_id]].scores[Metric.USER_RATING].append(rating)
-    for (answer_id, tier), ev in latest.items():
-        arm = arms[variant_of[answer_id]]
-        for metric in Metric:
-            if metric.tier is None or metric.tier != tier:
-                continue
-            value = getattr(ev, metric.column, None)
-            if value is not None and math.isfinite(float(value)):
-                arm.scores[metric].append(float(value))
-    return arms
-
-
-def latest_ratings(store: Store, experiment_id: str) -> dict[str, float]:
-    """answer id -> its latest explicit rating (positive 1, negative 0), for the experiment's answers."""
-    return {answer_id: value for answer_id, (_at, value) in timed_ratings(store, experiment_id).items()}
+    """Every score of the answers each arm served (`scores.answer_scores`)."""
+    found = answer_scores(store, _experiment(experiment_id), _variant)
+    return {v: found.get(v, ArmScores()) for v in Variant}
 
 
 def timed_ratings(store: Store, experiment_id: str) -> dict[str, tuple[Any, float]]:
-    """answer id -> (when, rating as 1/0) of its latest explicit rating."""
-    from ragloop.store.models import Answer, Query, UserFeedback
-
-    with store.db.transaction(write=False) as s:
-        rows = s.execute(
-            select(UserFeedback.answer_id, UserFeedback.created_at, UserFeedback.rating)
-            .join(Answer, Answer.answer_id == UserFeedback.answer_id)
-            .join(Query, Query.query_id == Answer.query_id)
-            .where(Query.experiment_id == experiment_id)
-            .order_by(UserFeedback.created_at, UserFeedback.feedback_id)
-        ).all()
-    return {answer_id: (at, 1.0 if rating == "positive" else 0.0) for answer_id, at, rating in rows}
+    """answer id -> (when, rating as 1/0) of its latest explicit rating, for the experiment's answers."""
+    return scores.timed_ratings(store, _experiment(experiment_id))
 
 
 def _arm_json(metric: Metric, scores: list[float]) -> dict[str, Any]:

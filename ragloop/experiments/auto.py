@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from ragloop.config import PipelineConfig
+from ragloop.experiments.activation_audit import golden_expectation
 from ragloop.experiments.assignment import ExperimentStatus
 from ragloop.experiments.golden import working_set
 from ragloop.experiments.metrics import Metric, parse_metric
@@ -323,6 +324,7 @@ def _promote_off_policy(
             evidence=evidence,
             via=PromotedVia.REMEDIATION.value,
             expected_current=current.version_id,
+            expected_delta=golden_expectation(verdict.detail),
         )
     except StoreConflictError as exc:  # another worker promoted something first
         return AutoStep(AutoOutcome.CONFLICT, cand.version_id, detail={"reason": str(exc)})

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ragloop.experiments.activation_audit import experiment_expectation
 from ragloop.experiments.assignment import ExperimentStatus
 from ragloop.experiments.versions import PromotedVia
 
@@ -148,6 +149,7 @@ def promote_experiment(
         evidence={"experiment_id": experiment_id, "smoke_test": smoke.detail, "results": dict(evidence)},
         quality=_quality(evidence),
         via=via.value,
+        expected_delta=experiment_expectation(evidence),
     )
     now = clock()
     store.experiments.transition(

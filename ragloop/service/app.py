@@ -228,9 +228,11 @@ REGRESSION_POLL_S = 300.0
 def _periodic(
     store: Store, settings: Settings, cfg: ServiceConfig, agents: AgentManager, clock: Clock = SYSTEM_CLOCK
 ) -> PeriodicTasks:
-    """Experiment aggregation and the auto-experiment step (on by default), the scheduled regression run
-    (off by default; `RAGLOOP_REGRESSION_INTERVAL_S=86400` for nightly, "nightly" read on the loop's
-    `clock`), the evaluator-drift rubric check, and the nightly golden-set nomination (off by default)."""
+    """Experiment aggregation, the auto-experiment step and the activation audit (on by default), the
+    scheduled regression run (off by default; `RAGLOOP_REGRESSION_INTERVAL_S=86400` for nightly,
+    "nightly" read on the loop's `clock`), the evaluator-drift rubric check, and the nightly golden-set
+    nomination (off by default)."""
+    from ragloop.experiments.activation_audit import audit_activations
     from ragloop.experiments.aggregation import aggregate_running
     from ragloop.experiments.auto import AutoOutcome, auto_experiment_step, golden_check
     from ragloop.experiments.drift import rubric_check, rubric_due
@@ -280,6 +282,12 @@ def _periodic(
             log.info("auto-experiment: %s", step.to_json())
 
     tasks.add("experiment-aggregation", cfg.experiment_aggregate_interval_s, aggregate)
+
+    def activation_audit() -> None:
+        for entry in audit_activations(store, clock.now, window_s=cfg.activation_audit_window_s):
+            log.info("activation audit: %s %s", entry.refers_to, entry.actual_delta)
+
+    tasks.add("activation-audit", cfg.activation_audit_interval_s, activation_audit)
     tasks.add("auto-experiment", cfg.auto_experiment_interval_s, auto_experiment)
     # polled (at most every 5 min), run when the store's last run is an interval old on the clock
     poll = min(cfg.regression_interval_s, REGRESSION_POLL_S) if cfg.regression_interval_s > 0 else 0.0

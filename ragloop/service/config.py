@@ -117,6 +117,11 @@ class ServiceConfig:
     auto_experiment_off_policy: bool = True
     """A τL raise whose gain the refit measured on labelled traffic goes current on the golden check, in
     the promotion window, without a live experiment (`ragloop.experiments.off_policy` says why)."""
+    activation_audit_interval_s: float = 3600.0
+    """How often (on the loop's clock) switches of the current version whose window has passed get their
+    actual delta measured (`ragloop.experiments.activation_audit`); 0 turns it off."""
+    activation_audit_window_s: float = 86400.0
+    """The window before and after a switch whose answers that measurement compares."""
     regression_interval_s: float = 0.0
     """The scheduled golden-set regression run (86400 for nightly); 0 (the default) turns it off."""
     regression_webhook_url: str | None = None

@@ -33,7 +33,10 @@ class Golden:
 
     def __call__(self, current: str, candidate: str) -> GoldenVerdict:
         self.calls += 1
-        return GoldenVerdict(self.passed, {"entries": 32, "regressed": [] if self.passed else ["answer_correct"]})
+        gain = {"metric": "answer_correct", "n": 30, "difference": 0.1, "ci95": [0.02, 0.18], "regressed": False}
+        return GoldenVerdict(
+            self.passed, {"entries": 32, "regressed": [] if self.passed else ["answer_correct"], "metrics": [gain]}
+        )
 
 
 def _raise_samples() -> list[GateSample]:
@@ -93,6 +96,14 @@ def test_a_measured_raise_goes_current_on_the_golden_check(store: Store, clock: 
     [activated] = [e for e in store.audit.timeline(action_type="pipeline_activate") if e.pipeline_version_after == cand]
     assert activated.evidence["off_policy"]["fit"]["direction"] == "raise"
     assert activated.evidence["golden"]["entries"] == 32
+    # the golden check's measured gain is the switch's expected delta (the activation audit's "expected")
+    expected = activated.expected_delta or {}
+    assert (expected["metric"], expected["value"], expected["ci95"], expected["n"]) == (
+        "answer_correct",
+        0.1,
+        [0.02, 0.18],
+        30,
+    )
     assert running_experiment(store) is None  # no experiment was needed
     assert auto_experiment_step(store, golden, settings=SETTINGS, clock=clock).outcome is AutoOutcome.IDLE
 

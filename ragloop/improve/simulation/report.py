@@ -36,11 +36,48 @@ def paired_json(arm: ArmResult) -> dict[str, Any]:
     return out
 
 
+SWITCHES = ("pipeline_activate", "pipeline_rollback")
+
+
+def switch_effects(arm: ArmResult) -> list[dict[str, Any]]:
+    """Each switch of the current version against what the held-out test measured around it: the last
+    measurement before the switch vs the first one after it that the new version served alone, paired
+    on the same items (e2e accuracy, correct and false refusal). The loop never sees these numbers;
+    they are the ground truth its expected delta (and its own online actual delta) are read against."""
+    out: list[dict[str, Any]] = []
+    for a in arm.audit:
+        if a["action"] not in SWITCHES or not a.get("version_before"):
+            continue
+        before = [m for m in arm.measurements if m.sim_time < a["at"]]
+        after = [m for m in arm.measurements if m.sim_time >= a["at"] and set(m.versions) == {a["version_after"]}]
+        if not before or not after:
+            continue
+        m0, m1 = before[-1], after[0]
+        tests = {
+            k: t.to_json() for k in ("e2e_accuracy", "correct_refusal", "false_refusal") if (t := paired(m0, m1, k))
+        }
+        out.append(
+            {
+                "at": a["at"],
+                "action": a["action"],
+                "version_before": a["version_before"],
+                "version_after": a["version_after"],
+                "from_day": m0.day,
+                "to_day": m1.day,
+                "expected_delta": a.get("expected_delta"),
+                "heldout": tests,
+            }
+        )
+    return out
+
+
 def results_json(arms: Sequence[ArmResult], outcomes: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     return {
         "meta": meta,
         "outcomes": outcomes,
-        "arms": [arm_json(a) | {"paired_last_vs_day0": paired_json(a)} for a in arms],
+        "arms": [
+            arm_json(a) | {"paired_last_vs_day0": paired_json(a), "switch_effects": switch_effects(a)} for a in arms
+        ],
     }
 
 
@@ -117,7 +154,42 @@ def arm_section(arm: ArmResult) -> list[str]:
         )
     if not arm.audit:
         lines.append("| – | no entries | | | | |")
+    effects = switch_effects(arm)
+    if effects:
+        lines += [
+            "",
+            "Each switch, expected (its evidence) vs measured on the held-out test (paired, the day before",
+            "vs the first day the new version served alone; the loop never sees these):",
+            "",
+        ]
+        lines += [
+            "| sim time | switch | expected Δ | held-out Δ e2e accuracy | correct refusal | false refusal |",
+            "|---|---|---|---|---|---|",
+        ]
+        for e in effects:
+            exp = e["expected_delta"] or {}
+            ci = exp.get("ci95") or [None, None]
+            expected = (
+                f"{exp.get('metric')} {_pt(exp.get('value'))} [{_pt(ci[0], '')}, {_pt(ci[1], '')}] n={exp.get('n')}"
+                if exp.get("value") is not None
+                else "–"
+            )
+            held = [_paired_cell(e["heldout"].get(k)) for k in ("e2e_accuracy", "correct_refusal", "false_refusal")]
+            lines.append(
+                f"| {e['at']} | {e['version_before']} → {e['version_after']} (day {e['from_day']} → {e['to_day']}) | "
+                f"{expected} | " + " | ".join(held) + " |"
+            )
     return [*lines, ""]
+
+
+def _pt(x: Any, unit: str = " pt") -> str:
+    return "–" if x is None else f"{100 * float(x):+.1f}{unit}"
+
+
+def _paired_cell(t: dict[str, Any] | None) -> str:
+    if not t:
+        return "–"
+    return f"{_pt(t['diff'])} [{_pt(t['lo'], '')}, {_pt(t['hi'], '')}] n={t['n']}"
 
 
 def _day(d: dict[str, Any]) -> str:
@@ -128,8 +200,14 @@ def _day(d: dict[str, Any]) -> str:
 
 
 def _short(x: Any) -> str:
+    """An audit entry's delta: `metric value [lo, hi] n=` when it is one measured difference."""
     if not x:
         return ""
+    if isinstance(x, dict) and x.get("metric") and isinstance(x.get("value"), int | float):
+        ci = x.get("ci95") or []
+        interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if len(ci) == 2 and None not in ci else ""
+        n = f" n={x['n']}" if x.get("n") is not None else ""
+        return f"{x['metric']} {x['value']:+.3f}{interval}{n}"
     text = json.dumps(x, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
 

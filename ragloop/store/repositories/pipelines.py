@@ -112,12 +112,14 @@ class PipelineVersions:
         quality: Mapping[str, float] | None = None,
         via: str = "admin",
         expected_current: str | None = None,
+        expected_delta: Mapping[str, Any] | None = None,
     ) -> PipelineVersion:
         """Make `version_id` the one active version (the previous one is retired and remembered for
         `rollback`), and audit it. Activating the active version changes nothing. With
         `expected_current`, the switch only happens when that version is still the active one
         (StoreConflictError otherwise): a promotion decided on evidence about one control never
-        replaces another."""
+        replaces another. `expected_delta`: the measured difference the switch was made on, which
+        `ragloop.experiments.activation_audit` later sets the actual one beside."""
         with self.db.transaction() as s:
             _serialize(s, "pipeline_versions")
             target = _require(s, PipelineVersion, version_id)
@@ -144,7 +146,7 @@ class PipelineVersions:
                 evidence=dict(evidence or {}),
                 pipeline_version_before=current.version_id if current is not None else None,
                 pipeline_version_after=version_id,
-                expected_delta=None,
+                expected_delta=expected_delta,
             )
             return target
 

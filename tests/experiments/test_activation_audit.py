@@ -1,0 +1,99 @@
+"""A switch of the current version gets its actual delta once its window has passed: the answers the
+new version served against those the old one served, per online metric with n and an interval; once
+per switch, never before its window, the expected delta beside it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+
+from ragloop.config import PipelineConfig
+from ragloop.experiments.activation_audit import ACTION, audit_activations, experiment_expectation
+from ragloop.store import Store
+
+
+def _serve(store: Store, version: str, tier1: list[float], ratings: list[str]) -> None:
+    for i, score in enumerate(tier1):
+        ans = store.queries.record_answer(
+            session_id=f"{version}-{i}", question=f"q{i}", answer_text="a", pipeline_version=version, latency_ms=100
+        )
+        store.evaluations.add(ans.answer_id, "heuristic", heuristic_score=score)
+        if i < len(ratings):
+            store.feedback.add(ans.answer_id, rating=ratings[i])
+
+
+def _switch(store: Store) -> tuple[str, str]:
+    old = store.pipelines.register_config(PipelineConfig())
+    store.pipelines.activate(old.version_id, reason="start")
+    new = store.pipelines.register_config(PipelineConfig().with_overrides(retrieval={"k": 8}))
+    _serve(store, old.version_id, [0.4 + 0.01 * (i % 5) for i in range(20)], ["negative"] * 6 + ["positive"] * 2)
+    store.pipelines.activate(
+        new.version_id,
+        reason="measured",
+        expected_delta={"metric": "answer_correct", "value": 0.1, "ci95": [0.02, 0.18]},
+    )
+    _serve(store, new.version_id, [0.7 + 0.01 * (i % 5) for i in range(20)], ["positive"] * 6 + ["negative"] * 2)
+    return old.version_id, new.version_id
+
+
+def test_a_switch_is_measured_once_after_its_window(store: Store) -> None:
+    old, new = _switch(store)
+    now = datetime.now(UTC)
+    assert audit_activations(store, lambda: now + timedelta(hours=1)) == []  # the window has not passed
+    [entry] = audit_activations(store, lambda: now + timedelta(days=2))
+    activation = next(
+        e for e in store.audit.timeline(action_type="pipeline_activate") if e.pipeline_version_after == new
+    )
+    assert entry.refers_to == activation.log_id and (entry.pipeline_version_before, entry.pipeline_version_after) == (
+        old,
+        new,
+    )
+    assert entry.expected_delta == {"metric": "answer_correct", "value": 0.1, "ci95": [0.02, 0.18]}
+    actual = entry.actual_delta or {}
+    tier1 = actual["metrics"]["tier1_score"]
+    assert (tier1["n_before"], tier1["n_after"]) == (20, 20)
+    assert tier1["difference"] == pytest.approx(0.3) and actual["value"] == pytest.approx(0.3)
+    assert 0.28 < tier1["ci95"][0] < 0.3 < tier1["ci95"][1] < 0.32
+    rating = actual["metrics"]["user_rating"]
+    assert (rating["n_before"], rating["n_after"], rating["before"], rating["after"]) == (8, 8, 0.25, 0.75)
+    assert actual["metrics"]["refusal_rate"]["difference"] == 0.0
+    # once per switch; the start (nothing before it) is not a switch
+    assert audit_activations(store, lambda: now + timedelta(days=3)) == []
+    assert len(store.audit.timeline(action_type=ACTION)) == 1
+
+
+def test_answers_outside_the_windows_are_not_counted(store: Store) -> None:
+    from ragloop.store.models import Answer
+
+    old, new = _switch(store)
+    with store.db.transaction() as s:  # 5 of each version's answers served two days away from the switch
+        for version, shift in ((old, -2), (new, 2)):
+            ids = s.scalars(select(Answer.answer_id).where(Answer.pipeline_version == version).limit(5)).all()
+            for row in s.scalars(select(Answer).where(Answer.answer_id.in_(ids))):
+                row.created_at = row.created_at + timedelta(days=shift)
+    [entry] = audit_activations(store, lambda: datetime.now(UTC) + timedelta(days=4))
+    tier1 = (entry.actual_delta or {})["metrics"]["tier1_score"]
+    assert (tier1["n_before"], tier1["n_after"]) == (15, 15)
+
+
+def test_an_experiment_s_primary_difference_is_its_expected_delta() -> None:
+    results = {
+        "primary_metric": "tier1_score",
+        "metrics": {
+            "tier1_score": {
+                "difference": 0.05,
+                "always_valid_ci": {"lo": 0.01, "hi": 0.09},
+                "treatment": {"n": 600, "mean": 0.7, "sd": 0.1},
+            }
+        },
+    }
+    assert experiment_expectation(results) == {
+        "metric": "tier1_score",
+        "value": 0.05,
+        "ci95": [0.01, 0.09],
+        "n": 600,
+        "from": "experiment (always-valid interval)",
+    }
+    assert experiment_expectation({"primary_metric": "tier1_score", "metrics": {}}) is None
