@@ -2,6 +2,7 @@
 golden-set regression run (the golden set itself: `ragloop.cli.golden`).
 
 ragloop pipeline register cand.yaml [--full] [--json]     ragloop pipeline versions|diff A B
+ragloop pipeline switches [--measure] [--json]     each switch: expected vs actual delta
 ragloop experiments create --name n --treatment '{"retrieval": {"mode": "bm25"}}' --metric tier1_score
 ragloop experiments list|results ID|stop ID|promote ID|reject ID|auto [--json]   ragloop pipeline approve V
 ragloop regress [--json]
@@ -106,6 +107,52 @@ def pipeline_versions(json_: JsonOpt = False) -> None:
             for r in store.pipelines.list_versions()
         ]
     emit(rows, json_, "\n".join(f"{r['version']}  {r['status']:<9}  parent {r['parent_version']}" for r in rows))
+
+
+@pipeline_app.command("switches")
+def pipeline_switches(
+    measure: Annotated[
+        bool, typer.Option("--measure", help="First measure every switch whose window has passed (the periodic task).")
+    ] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Each switch of the current version with its expected delta and, once measured, its actual one
+    (`ragloop.experiments.activation_audit`)."""
+    from ragloop.experiments.activation_audit import ACTION, ACTIVATION, audit_activations
+    from ragloop.service.config import ServiceConfig
+
+    with open_store() as store:
+        if measure:
+            audit_activations(store, settings().clock.now, window_s=ServiceConfig.from_env().activation_audit_window_s)
+        actual = {e.refers_to: e for e in store.audit.timeline(action_type=ACTION, limit=1000)}
+        rows = [
+            {
+                "log_id": e.log_id,
+                "at": e.created_at.isoformat(),
+                "version_before": e.pipeline_version_before,
+                "version_after": e.pipeline_version_after,
+                "triggered_by": e.triggered_by,
+                "expected_delta": e.expected_delta,
+                "actual_delta": a.actual_delta if (a := actual.get(e.log_id)) is not None else None,
+            }
+            for e in reversed(store.audit.timeline(action_type=ACTIVATION, limit=1000))
+        ]
+
+    def block(r: dict[str, Any]) -> str:
+        return (
+            f"{r['at']}  {r['version_before']} -> {r['version_after']}\n"
+            f"  expected {_delta_text(r['expected_delta'])}\n  actual   {_delta_text(r['actual_delta'])}"
+        )
+
+    emit(rows, json_, "\n".join(block(r) for r in rows) or "no switches yet")
+
+
+def _delta_text(d: dict[str, Any] | None) -> str:
+    if not d or not isinstance(d.get("value"), int | float):
+        return "-"
+    ci = d.get("ci95") or []
+    interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if len(ci) == 2 and None not in ci else ""
+    return f"{d.get('metric')} {d['value']:+.3f}{interval} n={d.get('n', '-')}"
 
 
 @pipeline_app.command("diff")

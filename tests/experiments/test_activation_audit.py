@@ -4,11 +4,16 @@ per switch, never before its window, the expected delta beside it."""
 
 from __future__ import annotations
 
+import json
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from typer.testing import CliRunner
 
+from ragloop.cli import app
 from ragloop.config import PipelineConfig
 from ragloop.experiments.activation_audit import ACTION, audit_activations, experiment_expectation
 from ragloop.store import Store
@@ -97,3 +102,24 @@ def test_an_experiment_s_primary_difference_is_its_expected_delta() -> None:
         "from": "experiment (always-valid interval)",
     }
     assert experiment_expectation({"primary_metric": "tier1_score", "metrics": {}}) is None
+
+
+def test_cli_lists_switches_with_expected_and_measured_deltas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    monkeypatch.setenv("RAGLOOP_DATABASE_URL", url)
+    monkeypatch.setenv("RAGLOOP_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RAGLOOP_ACTIVATION_AUDIT_WINDOW_S", "2")
+    with Store.open(url) as store:
+        old, new = _switch(store)
+    listed = CliRunner().invoke(app, ["pipeline", "switches", "--json"])
+    assert listed.exit_code == 0, listed.output
+    [row] = [r for r in json.loads(listed.output) if r["version_before"] == old]
+    assert row["expected_delta"]["value"] == 0.1 and row["actual_delta"] is None  # not measured yet
+    time.sleep(2.1)  # the 2-second window passes
+    measured = CliRunner().invoke(app, ["pipeline", "switches", "--measure", "--json"])
+    [row] = [r for r in json.loads(measured.output) if r["version_after"] == new]
+    assert row["actual_delta"]["metric"] == "tier1_score" and row["actual_delta"]["n"] == [20, 20]
+    human = CliRunner().invoke(app, ["pipeline", "switches"])
+    assert human.exit_code == 0, human.output
+    assert "expected answer_correct +0.100 [+0.020, +0.180]" in human.output
+    assert "actual   tier1_score +0.300 [+0.291, +0.309] n=[20, 20]" in human.output

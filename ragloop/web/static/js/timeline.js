@@ -26,7 +26,7 @@ let seq = 0;
 
 export function kindOf(type) {
   if (type.startsWith("remediation:")) return "remediation";
-  if (type === "remediation_keep") return "kept";
+  if (type === "remediation_keep" || type === "pipeline_activate_audit") return "kept";
   if (type === "remediation_revert") return "reverted";
   if (type === "pipeline_activate" || type.includes("promot")) return type.includes("abort") ? "experiment" : "promotion";
   if (type.includes("rollback")) return "rollback";
