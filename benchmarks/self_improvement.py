@@ -45,6 +45,12 @@ def main() -> None:
         default=(),
         help="sizes of the held-out samples earlier runs measured, in order (e.g. 100,300): their items are left out",
     )
+    ap.add_argument(
+        "--mtrag-heldout-avoid",
+        type=parse_sizes,
+        default=None,
+        help="the same for MTRAG-UN (default: --heldout-avoid); its 127 held-out tasks make one sample of 127",
+    )
     ap.add_argument("--golden", type=int, default=40)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument(
@@ -79,7 +85,11 @@ def main() -> None:
     )
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     arms = full_arms(base, datasets, {"squad": args.squad, "mtrag": args.mtrag})
-    arms = [replace(a, traffic_per_day=args.mtrag_traffic_per_day) if a.dataset == "mtrag" else a for a in arms]
+    mtrag_avoid = args.heldout_avoid if args.mtrag_heldout_avoid is None else args.mtrag_heldout_avoid
+    arms = [
+        replace(a, traffic_per_day=args.mtrag_traffic_per_day, heldout_avoid=mtrag_avoid) if a.dataset == "mtrag" else a
+        for a in arms
+    ]
     if args.only:
         keep = {x.strip() for x in args.only.split(",")}
         arms = [a for a in arms if a.label in keep]

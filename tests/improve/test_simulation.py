@@ -64,6 +64,8 @@ def test_a_fresh_heldout_sample_leaves_out_the_one_measured_before() -> None:
     for bad in ("100,x", "0"):
         with pytest.raises(ValueError, match="heldout-avoid"):
             parse_sizes(bad)
+    with pytest.raises(ValueError, match="nothing unseen is left"):  # a sample of all of them came before
+        sample_heldout(items, 10, avoid=(len(items),))
 
 
 def test_a_data_file_in_the_published_format_is_taken_by_path(tmp_path: Path) -> None:

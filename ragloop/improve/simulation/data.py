@@ -146,12 +146,18 @@ def sample_heldout(
 
     `avoid`: the sizes of the samples earlier runs measured, in order (the first this seed's plain
     sample, each later one drawn the same way from what the earlier ones left); their items are left
-    out, so a rule chosen after seeing their results is tested on held-out items nothing has seen."""
+    out, so a rule chosen after seeing their results is tested on held-out items nothing has seen.
+    ValueError when they leave none (an earlier sample took every item): measuring nothing is no run."""
     pool = list(range(len(items)))
     key = f"heldout-sample:{seed}"
     for size in avoid:
         seen = set(random.Random(key).sample(pool, min(size, len(pool))))
         pool, key = [i for i in pool if i not in seen], f"{key}:avoid-{size}"
+    if items and not pool:
+        raise ValueError(
+            f"the earlier held-out samples ({', '.join(map(str, avoid))}) took all {len(items)} held-out items: "
+            "nothing unseen is left to measure"
+        )
     if n is None or n >= len(pool):
         return [items[i] for i in pool]
     picked = sorted(random.Random(key).sample(pool, n))
