@@ -22,7 +22,9 @@ experiments) does at most one of:
      answer the same entries, and the candidate is refused when any gate metric (end-to-end
      correctness, document recall, refusals: `regression.GATES`; answer F1 is reported, not a gate)
      regresses by the nightly regression's own rule (`regression.compare_paired`: a relative drop
-     > 2% *and* a paired 95% interval below 0). Refused → audited (`auto_experiment_refused`), never tried again;
+     > 2% *and* a paired 95% interval below 0), or when correct refusal of the unanswerable entries
+     is not shown non-inferior (`regression.NONINFERIOR`: the interval's lower end below -2% of the
+     current version's rate). Refused → audited (`auto_experiment_refused`), never tried again;
    - passed, and the candidate's gain was already measured (`off_policy`, on by default: a τL raise
      or a retrieval refit on labelled traffic, an answer-graph variant by its golden trial) →
      **promoted** directly in the maintenance window (`via=remediation`, audited with that evidence
@@ -71,7 +73,14 @@ from ragloop.experiments.registry import (
     running_experiment,
     utc_now,
 )
-from ragloop.experiments.regression import GATES, THRESHOLD, Answerer, compare_paired, score_entry
+from ragloop.experiments.regression import (
+    GATES,
+    NONINFERIOR,
+    THRESHOLD,
+    Answerer,
+    compare_paired,
+    score_entry,
+)
 from ragloop.experiments.versions import PromotedVia, version_config
 
 if TYPE_CHECKING:
@@ -181,9 +190,15 @@ def golden_check(
             if (c := compare_paired(m, scored[current].get(m, {}), scored[candidate].get(m, {}), threshold)) is not None
         ]
         regressed = [c.metric for c in comparisons if c.regressed]
+        unproven = [c.metric for c in comparisons if c.metric in NONINFERIOR and not c.noninferior(threshold)]
         return GoldenVerdict(
-            not regressed,
-            {"entries": len(entries), "regressed": regressed, "metrics": [c.to_json() for c in comparisons]},
+            not regressed and not unproven,
+            {
+                "entries": len(entries),
+                "regressed": regressed,
+                "not_shown_noninferior": unproven,
+                "metrics": [c.to_json() for c in comparisons],
+            },
         )
 
     return check

@@ -60,6 +60,15 @@ METRICS = ("answer_correct", "answer_f1", "doc_recall", "refusal_correct", "corr
 """Scored and reported per entry."""
 GATES = ("answer_correct", "doc_recall", "refusal_correct", "correct_refusal")
 """The metrics whose regression fails a run (the nightly regression, the auto-experiment golden check)."""
+NONINFERIOR = ("correct_refusal",)
+"""Gates a *candidate* must also be shown not worse on before it may go current (the golden check,
+`auto.golden_check`): the interval's lower end may not lie below -threshold x the current version's
+mean. The burden of proof is the candidate's there, and the regression's when a rollback is at stake.
+Why only correct refusal: the other gates are net scores in which a candidate's gains may pay for
+its losses (`answer_correct` counts a refusal of an answerable question wrong), while nothing else
+speaks for the unanswerable questions. Measured: a retrieval refit went current with correct
+refusal -8.6 pt [-17.4, +0.3] on 70 unanswerable golden entries (no significant drop) and lost 6.0
+pt [-11.3, -0.6] held out (`self_improvement-whole.md`, squad-degraded)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,10 @@ class MetricComparison:
     ci95: tuple[float, float]
     relative_change: float
     regressed: bool
+
+    def noninferior(self, threshold: float = THRESHOLD) -> bool:
+        """The interval rules out a drop of more than `threshold` x the baseline mean."""
+        return self.ci95[0] >= -threshold * abs(self.baseline_mean)
 
     def to_json(self) -> dict[str, Any]:
         return {

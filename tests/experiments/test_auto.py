@@ -148,6 +148,34 @@ def test_the_golden_check_refuses_a_candidate_that_trades_correct_refusals_for_a
     assert not verdict.passed and verdict.detail["regressed"] == ["correct_refusal"]
 
 
+@pytest.mark.parametrize(("lost", "passed"), [(0, True), (2, False)])
+def test_a_candidate_must_show_correct_refusal_is_not_worse(store: Store, lost: int, passed: bool) -> None:
+    """Two of 12 unanswerable entries answered is no significant drop (the nightly regression would not
+    roll back for it), but the candidate has not shown it is not worse, and only that lets it go current."""
+    current = _current(store)
+    cand = _candidate(store, current, {"retrieval": {"k": 8}}, kind="ranking_refit")
+    answerable = _golden(store, 20)
+    unanswerable = [q for q in (f"what is gadget {i} worth?" for i in range(60)) if not is_held_out(q)][:12]
+    for q in unanswerable:
+        add_entry(store, GoldenLine(question=q, should_refuse=True), created_by="t")
+
+    def answerer_for(version: str):
+        def answer(q: str) -> Answered:
+            if q in unanswerable:
+                gone = version == cand and unanswerable.index(q) < lost
+                return Answered("gadgets are worth it", [], False) if gone else Answered("not found", [], True)
+            i = answerable.index(q)
+            return Answered(f"item {i} is called widget {i}", [f"d{i}"], False)
+
+        return answer
+
+    verdict = golden_check(store, answerer_for)(current, cand)
+    metrics = {m["metric"]: m for m in verdict.detail["metrics"]}
+    assert not metrics["correct_refusal"]["regressed"]  # never a significant drop
+    assert verdict.passed is passed and verdict.detail["regressed"] == []
+    assert verdict.detail["not_shown_noninferior"] == ([] if passed else ["correct_refusal"])
+
+
 def test_a_candidate_worse_on_the_golden_set_is_refused_and_never_retried(store: Store, clock: FakeClock) -> None:
     current = _current(store)
     cand = _candidate(store, current, {"agent": {"tau_lower": 0.65}})
