@@ -118,29 +118,36 @@ def _golden(store: Store, n: int = 12) -> list[str]:
     return questions
 
 
-def test_the_golden_check_refuses_a_candidate_that_trades_correct_refusals_for_answers(store: Store) -> None:
-    """The pooled `refusal_correct` nets the trade (6 falsely refused answerable entries now answered,
-    6 unanswerable ones now answered too) and answer accuracy rises: only `correct_refusal` sees it."""
+def _trap_check(store: Store, traps_answered: int, falsely_refused: int) -> GoldenVerdict:
+    """The golden check of a candidate on 20 answerable and 12 unanswerable entries: the candidate
+    answers the first `traps_answered` traps the current version refused, and the current version
+    refuses the first `falsely_refused` answerable entries the candidate answers right."""
     current = _current(store)
     cand = _candidate(store, current, {"retrieval": {"k": 8}}, kind="ranking_refit")
     answerable = _golden(store, 20)
-    unanswerable = [q for q in (f"what is gadget {i} worth?" for i in range(60)) if not is_held_out(q)][:12]
-    for q in unanswerable:
+    traps = [q for q in (f"what is gadget {i} worth?" for i in range(60)) if not is_held_out(q)][:12]
+    for q in traps:
         add_entry(store, GoldenLine(question=q, should_refuse=True), created_by="t")
 
     def answerer_for(version: str):
         def answer(q: str) -> Answered:
-            if q in unanswerable:
-                lost = version == cand and unanswerable.index(q) < 6
+            if q in traps:
+                lost = version == cand and traps.index(q) < traps_answered
                 return Answered("gadgets are worth it", [], False) if lost else Answered("not found", [], True)
             i = answerable.index(q)
-            if version == current and i < 6:  # falsely refused by the current version
+            if version == current and i < falsely_refused:
                 return Answered("not found", [], True)
             return Answered(f"item {i} is called widget {i}", [f"d{i}"], False)
 
         return answer
 
-    verdict = golden_check(store, answerer_for)(current, cand)
+    return golden_check(store, answerer_for)(current, cand)
+
+
+def test_the_golden_check_refuses_a_candidate_that_trades_correct_refusals_for_answers(store: Store) -> None:
+    """The pooled `refusal_correct` nets the trade (6 falsely refused answerable entries now answered,
+    6 unanswerable ones now answered too) and answer accuracy rises: only `correct_refusal` sees it."""
+    verdict = _trap_check(store, traps_answered=6, falsely_refused=6)
     metrics = {m["metric"]: m for m in verdict.detail["metrics"]}
     assert metrics["refusal_correct"]["difference"] == 0.0 and not metrics["refusal_correct"]["regressed"]
     assert metrics["answer_correct"]["difference"] > 0
@@ -152,24 +159,7 @@ def test_the_golden_check_refuses_a_candidate_that_trades_correct_refusals_for_a
 def test_a_candidate_must_show_correct_refusal_is_not_worse(store: Store, lost: int, passed: bool) -> None:
     """Two of 12 unanswerable entries answered is no significant drop (the nightly regression would not
     roll back for it), but the candidate has not shown it is not worse, and only that lets it go current."""
-    current = _current(store)
-    cand = _candidate(store, current, {"retrieval": {"k": 8}}, kind="ranking_refit")
-    answerable = _golden(store, 20)
-    unanswerable = [q for q in (f"what is gadget {i} worth?" for i in range(60)) if not is_held_out(q)][:12]
-    for q in unanswerable:
-        add_entry(store, GoldenLine(question=q, should_refuse=True), created_by="t")
-
-    def answerer_for(version: str):
-        def answer(q: str) -> Answered:
-            if q in unanswerable:
-                gone = version == cand and unanswerable.index(q) < lost
-                return Answered("gadgets are worth it", [], False) if gone else Answered("not found", [], True)
-            i = answerable.index(q)
-            return Answered(f"item {i} is called widget {i}", [f"d{i}"], False)
-
-        return answer
-
-    verdict = golden_check(store, answerer_for)(current, cand)
+    verdict = _trap_check(store, traps_answered=lost, falsely_refused=0)
     metrics = {m["metric"]: m for m in verdict.detail["metrics"]}
     assert not metrics["correct_refusal"]["regressed"]  # never a significant drop
     assert verdict.passed is passed and verdict.detail["regressed"] == []
