@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
 from ragloop.experiments.metrics import Metric
 from ragloop.experiments.scores import ArmScores, answer_scores
 from ragloop.experiments.stats import ArmSummary, welch
@@ -134,9 +132,6 @@ def audit_activations(
     limit: int = 200,
 ) -> list[ImprovementAuditLog]:
     """Measure every activation whose window has passed and that has no audit entry yet."""
-    from ragloop.store.models import ImprovementAuditLog
-    from ragloop.store.repositories._base import _serialize
-
     cutoff = now() - timedelta(seconds=window_s)
     done = {e.refers_to for e in store.audit.timeline(action_type=ACTION, limit=10_000)}
     due = [
@@ -157,30 +152,20 @@ def audit_activations(
             "ci95": tier1["ci95"],
             "n": [tier1["n_before"], tier1["n_after"]],
         }
-        with store.db.transaction() as s:
-            _serialize(s, ACTION)
-            taken = s.scalar(
-                select(ImprovementAuditLog.log_id).where(
-                    ImprovementAuditLog.action_type == ACTION, ImprovementAuditLog.refers_to == entry.log_id
-                )
-            )
-            if taken is not None:
-                continue
-            recorded.append(
-                store.audit.record(
-                    ACTION,
-                    triggered_by=f"activation {entry.log_id}",
-                    actor=actor,
-                    evidence={
-                        "window_s": window_s,
-                        "metrics": actual,
-                        "note": "online, not paired: the windows serve different questions; decides nothing",
-                    },
-                    pipeline_version_before=before,
-                    pipeline_version_after=after,
-                    expected_delta=entry.expected_delta,
-                    actual_delta=actual_delta | {"metrics": actual},
-                    refers_to=entry.log_id,
-                )
-            )
+        row = store.audit.record_once(
+            ACTION,
+            refers_to=entry.log_id,
+            triggered_by=f"activation {entry.log_id}",
+            actor=actor,
+            evidence={
+                "window_s": window_s,
+                "note": "online, not paired: the windows serve different questions; decides nothing",
+            },
+            pipeline_version_before=before,
+            pipeline_version_after=after,
+            expected_delta=entry.expected_delta,
+            actual_delta=actual_delta | {"metrics": actual},
+        )
+        if row is not None:
+            recorded.append(row)
     return recorded

@@ -123,3 +123,22 @@ def test_cli_lists_switches_with_expected_and_measured_deltas(tmp_path: Path, mo
     assert human.exit_code == 0, human.output
     assert "expected answer_correct +0.100 [+0.020, +0.180]" in human.output
     assert "actual   tier1_score +0.300 [+0.291, +0.309] n=[20, 20]" in human.output
+
+
+def test_two_workers_record_one_measurement_of_a_switch(store: Store) -> None:
+    """`record_once` is the check-and-write the audit runs: racing writers leave one entry."""
+    import threading
+
+    change = store.audit.record("pipeline_activate", triggered_by="t", evidence={})
+    got: list[object] = []
+
+    def write() -> None:
+        got.append(store.audit.record_once(ACTION, refers_to=change.log_id, triggered_by="w", evidence={}))
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(g is not None for g in got) == 1
+    assert [e.refers_to for e in store.audit.timeline(action_type=ACTION)] == [change.log_id]

@@ -49,6 +49,20 @@ class AuditLog:
             s.flush()
             return row
 
+    def record_once(self, action_type: str, *, refers_to: str, **fields: Any) -> ImprovementAuditLog | None:
+        """`record`, unless an entry of `action_type` already refers to `refers_to` (then None): a later
+        measurement of one change is written once, even by two workers at the same moment."""
+        from ragloop.store.repositories._base import _serialize
+
+        with self.db.transaction() as s:
+            _serialize(s, f"audit:{action_type}")
+            taken = s.scalar(
+                select(ImprovementAuditLog.log_id).where(
+                    ImprovementAuditLog.action_type == action_type, ImprovementAuditLog.refers_to == refers_to
+                )
+            )
+            return None if taken is not None else self.record(action_type, refers_to=refers_to, **fields)
+
     def get(self, log_id: str) -> ImprovementAuditLog | None:
         with self.db.transaction(write=False) as s:
             return s.get(ImprovementAuditLog, log_id)
