@@ -118,25 +118,13 @@ def pipeline_switches(
 ) -> None:
     """Each switch of the current version with its expected delta and, once measured, its actual one
     (`ragloop.experiments.activation_audit`)."""
-    from ragloop.experiments.activation_audit import ACTION, ACTIVATION, audit_activations
+    from ragloop.experiments.activation_audit import audit_activations, switches
     from ragloop.service.config import ServiceConfig
 
     with open_store() as store:
         if measure:
             audit_activations(store, settings().clock.now, window_s=ServiceConfig.from_env().activation_audit_window_s)
-        actual = {e.refers_to: e for e in store.audit.timeline(action_type=ACTION, limit=1000)}
-        rows = [
-            {
-                "log_id": e.log_id,
-                "at": e.created_at.isoformat(),
-                "version_before": e.pipeline_version_before,
-                "version_after": e.pipeline_version_after,
-                "triggered_by": e.triggered_by,
-                "expected_delta": e.expected_delta,
-                "actual_delta": a.actual_delta if (a := actual.get(e.log_id)) is not None else None,
-            }
-            for e in reversed(store.audit.timeline(action_type=ACTIVATION, limit=1000))
-        ]
+        rows = [sw.to_json() for sw in switches(store)]
 
     def block(r: dict[str, Any]) -> str:
         return (

@@ -123,6 +123,47 @@ def experiment_expectation(results: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+@dataclass(frozen=True)
+class Switch:
+    """One switch of the current version with what it promised and, once measured, what it did."""
+
+    log_id: str
+    at: datetime
+    version_before: str | None
+    version_after: str | None
+    triggered_by: str
+    expected_delta: dict[str, Any] | None
+    actual_delta: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "log_id": self.log_id,
+            "at": self.at.isoformat(),
+            "version_before": self.version_before,
+            "version_after": self.version_after,
+            "triggered_by": self.triggered_by,
+            "expected_delta": self.expected_delta,
+            "actual_delta": self.actual_delta,
+        }
+
+
+def switches(store: Store, limit: int = 1000) -> list[Switch]:
+    """Every activation, oldest first, each with its measurement when there is one."""
+    measured = {e.refers_to: e for e in store.audit.timeline(action_type=ACTION, limit=limit)}
+    return [
+        Switch(
+            e.log_id,
+            e.created_at,
+            e.pipeline_version_before,
+            e.pipeline_version_after,
+            e.triggered_by,
+            e.expected_delta,
+            m.actual_delta if (m := measured.get(e.log_id)) is not None else None,
+        )
+        for e in reversed(store.audit.timeline(action_type=ACTIVATION, limit=limit))
+    ]
+
+
 def audit_activations(
     store: Store,
     now: Callable[[], datetime],

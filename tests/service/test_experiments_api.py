@@ -117,3 +117,21 @@ async def test_golden_routes(collection: Collection, store: Store) -> None:
         assert (await c.post(f"/v1/golden/{eid}/deprecate", headers=keys.a)).status_code == 200
         assert (await c.post(f"/v1/golden/{eid}/deprecate", headers=keys.a)).status_code == 409
         assert (await c.get("/v1/golden", headers=keys.a)).json()["count"] == 0
+
+
+async def test_switches_route_shows_expected_and_measured_deltas(collection: Collection, store: Store) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from ragloop.experiments.activation_audit import audit_activations
+    from tests.experiments.test_activation_audit import _switch
+
+    old, new = _switch(store)
+    audit_activations(store, lambda: datetime.now(UTC) + timedelta(days=2))
+    keys = make_keys(store)
+    async with running(build_app(store)) as c:
+        assert (await c.get("/v1/pipeline/switches", headers=keys.u)).status_code == 403
+        r = await c.get("/v1/pipeline/switches", headers=keys.a)
+        assert r.status_code == 200, r.text
+        [row] = [s for s in r.json() if s["version_before"] == old]
+        assert row["version_after"] == new and row["expected_delta"]["value"] == 0.1
+        assert row["actual_delta"]["metric"] == "tier1_score" and row["actual_delta"]["n"] == [20, 20]
