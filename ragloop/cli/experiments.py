@@ -124,7 +124,7 @@ def pipeline_switches(
     with open_store() as store:
         if measure:
             audit_activations(store, settings().clock.now, window_s=ServiceConfig.from_env().activation_audit_window_s)
-        rows = [sw.to_json() for sw in switches(store)]
+        rows = [sw.model_dump(mode="json") for sw in switches(store)]
 
     def block(r: dict[str, Any]) -> str:
         return (

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict
+
 from ragloop.experiments.metrics import Metric
 from ragloop.experiments.scores import ArmScores, answer_scores
 from ragloop.experiments.stats import ArmSummary, welch
@@ -123,9 +125,12 @@ def experiment_expectation(results: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-@dataclass(frozen=True)
-class Switch:
-    """One switch of the current version with what it promised and, once measured, what it did."""
+class Switch(BaseModel):
+    """A switch of the current version: the delta it was expected to bring (the golden check's or an
+    experiment's measured difference) and, once its window has passed, the one measured on live answers
+    (`GET /v1/pipeline/switches`, `ragloop pipeline switches`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     log_id: str
     at: datetime
@@ -135,30 +140,19 @@ class Switch:
     expected_delta: dict[str, Any] | None
     actual_delta: dict[str, Any] | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "log_id": self.log_id,
-            "at": self.at.isoformat(),
-            "version_before": self.version_before,
-            "version_after": self.version_after,
-            "triggered_by": self.triggered_by,
-            "expected_delta": self.expected_delta,
-            "actual_delta": self.actual_delta,
-        }
-
 
 def switches(store: Store, limit: int = 1000) -> list[Switch]:
     """Every activation, oldest first, each with its measurement when there is one."""
     measured = {e.refers_to: e for e in store.audit.timeline(action_type=ACTION, limit=limit)}
     return [
         Switch(
-            e.log_id,
-            e.created_at,
-            e.pipeline_version_before,
-            e.pipeline_version_after,
-            e.triggered_by,
-            e.expected_delta,
-            m.actual_delta if (m := measured.get(e.log_id)) is not None else None,
+            log_id=e.log_id,
+            at=e.created_at,
+            version_before=e.pipeline_version_before,
+            version_after=e.pipeline_version_after,
+            triggered_by=e.triggered_by,
+            expected_delta=e.expected_delta,
+            actual_delta=m.actual_delta if (m := measured.get(e.log_id)) is not None else None,
         )
         for e in reversed(store.audit.timeline(action_type=ACTIVATION, limit=limit))
     ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -30,19 +29,6 @@ class ConfigChangePublic(BaseModel):
     path: str
     before: Any
     after: Any
-
-
-class SwitchPublic(BaseModel):
-    """A switch of the current version: the delta it was expected to bring (the golden check's or an
-    experiment's measured difference) and, once its window has passed, the one measured on live answers."""
-
-    log_id: str
-    at: datetime
-    version_before: str | None
-    version_after: str | None
-    triggered_by: str
-    expected_delta: dict[str, Any] | None
-    actual_delta: dict[str, Any] | None
 
 
 class VersionDiffPublic(BaseModel):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 
-from ragloop.experiments.activation_audit import switches
+from ragloop.experiments.activation_audit import Switch, switches
 from ragloop.experiments.versions import ConfigError, diff_versions, full_config, register_candidate
 from ragloop.service.deps import AdminDep, CallerDep, ServiceDep
-from ragloop.service.experiment_schemas import CandidateCreate, ConfigChangePublic, SwitchPublic, VersionDiffPublic
+from ragloop.service.experiment_schemas import CandidateCreate, ConfigChangePublic, VersionDiffPublic
 from ragloop.service.schemas import PipelinePublic, RollbackCreate
 from ragloop.store import NotFoundError, PipelineVersion, StoreConflictError
 
@@ -53,13 +53,13 @@ def pipeline_versions(svc: ServiceDep, _admin: AdminDep) -> list[PipelinePublic]
 
 @router.get(
     "/v1/pipeline/switches",
-    response_model=list[SwitchPublic],
+    response_model=list[Switch],
     summary="Every switch of the current version with its expected and measured delta (admin)",
 )
-def pipeline_switches(svc: ServiceDep, _admin: AdminDep) -> list[SwitchPublic]:
+def pipeline_switches(svc: ServiceDep, _admin: AdminDep) -> list[Switch]:
     """Oldest first; `actual_delta` is null until the switch's window has passed and the periodic
     activation audit measured it (`ragloop.experiments.activation_audit`)."""
-    return [SwitchPublic(**vars(sw)) for sw in switches(svc.store)]
+    return switches(svc.store)
 
 
 @router.post(
