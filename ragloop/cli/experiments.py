@@ -118,7 +118,7 @@ def pipeline_switches(
 ) -> None:
     """Each switch of the current version with its expected delta and, once measured, its actual one
     (`ragloop.experiments.activation_audit`)."""
-    from ragloop.experiments.activation_audit import audit_activations, switches
+    from ragloop.experiments.activation_audit import audit_activations, delta_text, switches
     from ragloop.service.config import ServiceConfig
 
     with open_store() as store:
@@ -129,18 +129,10 @@ def pipeline_switches(
     def block(r: dict[str, Any]) -> str:
         return (
             f"{r['at']}  {r['version_before']} -> {r['version_after']}\n"
-            f"  expected {_delta_text(r['expected_delta'])}\n  actual   {_delta_text(r['actual_delta'])}"
+            f"  expected {delta_text(r['expected_delta']) or '-'}\n  actual   {delta_text(r['actual_delta']) or '-'}"
         )
 
     emit(rows, json_, "\n".join(block(r) for r in rows) or "no switches yet")
-
-
-def _delta_text(d: dict[str, Any] | None) -> str:
-    if not d or not isinstance(d.get("value"), int | float):
-        return "-"
-    ci = d.get("ci95") or []
-    interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if len(ci) == 2 and None not in ci else ""
-    return f"{d.get('metric')} {d['value']:+.3f}{interval} n={d.get('n', '-')}"
 
 
 @pipeline_app.command("diff")

@@ -125,6 +125,17 @@ def experiment_expectation(results: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def delta_text(d: Mapping[str, Any] | None) -> str | None:
+    """One measured difference (an expected or actual delta) as `metric +value [lo, hi] n=...`;
+    None when `d` is not one."""
+    if not d or not d.get("metric") or not isinstance(d.get("value"), int | float):
+        return None
+    ci = d.get("ci95") or []
+    interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if len(ci) == 2 and None not in ci else ""
+    n = f" n={d['n']}" if d.get("n") is not None else ""
+    return f"{d['metric']} {d['value']:+.3f}{interval}{n}"
+
+
 class Switch(BaseModel):
     """A switch of the current version: the delta it was expected to bring (the golden check's or an
     experiment's measured difference) and, once its window has passed, the one measured on live answers

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ragloop.experiments.activation_audit import delta_text
 from ragloop.improve.simulation.measure import HEADLINE, paired
 from ragloop.improve.simulation.run import ArmResult, arm_json
 
@@ -203,11 +204,8 @@ def _short(x: Any) -> str:
     """An audit entry's delta: `metric value [lo, hi] n=` when it is one measured difference."""
     if not x:
         return ""
-    if isinstance(x, dict) and x.get("metric") and isinstance(x.get("value"), int | float):
-        ci = x.get("ci95") or []
-        interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if len(ci) == 2 and None not in ci else ""
-        n = f" n={x['n']}" if x.get("n") is not None else ""
-        return f"{x['metric']} {x['value']:+.3f}{interval}{n}"
+    if isinstance(x, dict) and (one := delta_text(x)) is not None:
+        return one
     text = json.dumps(x, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
 
