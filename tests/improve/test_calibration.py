@@ -10,7 +10,7 @@ import pytest
 
 from ragloop.improve.calibration import impostors, probes, summarise
 from ragloop.improve.classifier import classify
-from ragloop.improve.oracle import IdealAnswer, OracleRetriever, score_chunks, statements
+from ragloop.improve.oracle import IdealAnswer, OracleRetriever, score_chunks, score_statements, statements
 from ragloop.improve.types import (
     BackgroundCalibration,
     FailureMode,
@@ -106,6 +106,35 @@ def test_a_span_must_be_stated_in_one_sentence() -> None:
     # a sentence-long ideal answer may draw on several sentences: the chunk is scored whole
     long = IdealAnswer("How are cursors made?", "Cursors are created by the connection object or its shortcut methods.")
     assert statements(long, scattered) == [scattered]
+
+
+def test_a_several_claim_answer_is_supported_by_a_chunk_stating_one_claim() -> None:
+    answer = (
+        "Cloudant replicates databases between regions over HTTPS. "
+        "Billing is based on provisioned throughput capacity per second. "
+        "Backups are kept for thirty days and can be restored by support."
+    )
+    ideal = IdealAnswer("How does Cloudant billing work?", answer)
+    assert [p.text for p in ideal.parts()] == [
+        "Cloudant replicates databases between regions over HTTPS.",
+        "Billing is based on provisioned throughput capacity per second.",
+        "Backups are kept for thirty days and can be restored by support.",
+    ]
+    states_one = "Cloudant billing is based on provisioned throughput capacity, measured per second."
+    unrelated = "The dashboard lists every database with its size and document count."
+    scorer = LexicalScorer(name="lexical")
+    per_claim = asyncio.run(score_chunks(scorer, ideal, [states_one, unrelated]))
+    whole = asyncio.run(score_statements(scorer, ideal, [states_one, unrelated]))
+    # scored whole, a chunk that states one of three claims covers a third of the answer's terms
+    assert whole[0].score < Thresholds().oracle <= per_claim[0].score
+    assert per_claim[0].coverage == 1.0 and whole[0].coverage < 0.5
+    assert per_claim[1].score < Thresholds().oracle
+    # a span or a one-claim answer is its own only part: scored exactly as before
+    for short in ("1887", "The bridge was completed in 1887 by Marta Quill."):
+        one = IdealAnswer("When was it built?", short)
+        assert one.parts() == (one,)
+        texts = ["It was completed in 1887.", states_one]
+        assert asyncio.run(score_chunks(scorer, one, texts)) == asyncio.run(score_statements(scorer, one, texts))
 
 
 def test_the_oracle_measures_and_stores_the_collections_background(coll: Collection) -> None:
