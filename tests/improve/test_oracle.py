@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from ragloop.improve.faults import rechunked, without_documents
-from ragloop.improve.oracle import IdealAnswer, OracleRetriever, join_adjacent
+from ragloop.improve.oracle import IdealAnswer, OracleRetriever, join_adjacent, score_statements
 from ragloop.improve.paraphrase import ChatParaphraser, OfflineParaphraser, Vocabulary
-from ragloop.improve.types import VariantKind
+from ragloop.improve.types import Thresholds, VariantKind
 from ragloop.models.chat.testing import FunctionModel
 from ragloop.models.errors import TransientModelError
 from ragloop.models.scoring import LexicalScorer
@@ -53,6 +53,24 @@ def test_a_sentence_long_ideal_answer_is_its_own_query(oracle: OracleRetriever) 
     # partial coverage counts squared: "Marta Quill" alone is a fraction of the answer
     tower = next(c for c in others if c.doc_id == "tower.md")
     assert tower.coverage is not None and 0 < tower.coverage < 1
+
+
+def test_a_paragraph_ideal_answer_finds_the_chunk_that_states_one_of_its_claims(oracle: OracleRetriever) -> None:
+    """An MTRAG-style reference: several sentences, only one of them stated in the corpus. Scored
+    whole, the bridge chunk covers too little of the paragraph to clear the threshold and the tree
+    would call the failure a knowledge gap; claim by claim it is the oracle chunk."""
+    ideal = (
+        "The Zorblat Bridge was completed in 1887 by the engineer Marta Quill. "
+        "Visitors praise its elegant lamps and sweeping views at sunset. "
+        "Guided walks leave from the northern abutment every Saturday morning."
+    )
+    t = Thresholds()
+    r = run(oracle, ideal=ideal)
+    found = r.oracle_set(t.oracle, t.oracle_relative, t.background_quantile)
+    assert found and {c.doc_id for c in found} == {"bridge.md"}
+    chunk = next(c.text for c in oracle.collection.load().chunks if c.doc_id == "bridge.md")
+    whole = asyncio.run(score_statements(oracle.scorer, IdealAnswer(QUESTION, ideal), [chunk]))[0]
+    assert whole.score < t.oracle <= found[0].score
 
 
 def test_coverage_of_the_ideal_answer() -> None:
