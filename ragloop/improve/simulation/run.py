@@ -114,6 +114,18 @@ def load_data(cfg: ArmConfig) -> SimData:
     raise ValueError(f"unknown data set {cfg.dataset!r} (squad | mtrag)")
 
 
+def seed_cache(home: Path, prepared: Path, prefix: str) -> None:
+    """Start `home`'s embedding cache from a ready home of another chunking of the same corpus (by
+    content hash, so every passage sentence's vector carries over). Only into a home that has no
+    cache yet: a half-built home keeps its own, whose SQLite write-ahead log belongs to its own
+    file (copying another file over it corrupted the cache: "database disk image is malformed")."""
+    if (home / "cache").exists():
+        return
+    for other in sorted(prepared.glob(f"{prefix}*/.ready")):
+        shutil.copytree(other.parent / "cache", home / "cache")
+        return
+
+
 def prepare_home(data: SimData, config: PipelineConfig, base: Path) -> Path:
     """The collection ingested once per (data set, chunking) under `base`; arms copy it."""
     key = f"{data.name}-{data.dataset.name}-c{config.chunking.size}-{config.chunking.overlap}"
@@ -124,11 +136,7 @@ def prepare_home(data: SimData, config: PipelineConfig, base: Path) -> Path:
         # a half-built home from an interrupted run: its collection goes, its embedding cache (content
         # addressed, so never wrong) stays
         shutil.rmtree(home / "collections", ignore_errors=True)
-        # another chunking of the same corpus: its embedding cache (by content hash) saves re-embedding
-        # every passage sentence, which does not depend on the chunking
-        for other in sorted((base / "prepared").glob(f"{data.name}-{data.dataset.name}-c*/.ready")):
-            shutil.copytree(other.parent / "cache", home / "cache", dirs_exist_ok=True)
-            break
+        seed_cache(home, base / "prepared", f"{data.name}-{data.dataset.name}-c")
         settings = Settings(home=home)
         corpus = home / "corpus"
         data.dataset.write_corpus(corpus)
