@@ -55,3 +55,32 @@ def test_a_switch_is_read_against_the_days_around_it() -> None:
     assert effect["expected_delta"]["value"] == 0.19
     row = next(line for line in arm_section(_arm()) if "(day 1 → 3)" in line)
     assert "| answer_correct +19.0 pt [+7.0, +32.0] n=100 | +25.0 pt [" in row
+
+
+def _entry(at: str, action: str, by: str, after: str | None = None) -> dict[str, object]:
+    return {
+        "at": at,
+        "action": action,
+        "version_before": None,
+        "version_after": after,
+        "expected_delta": None,
+        "actual_delta": None,
+        "triggered_by": by,
+    }
+
+
+def test_the_timeline_folds_a_run_of_plain_entries_but_never_a_switch() -> None:
+    arm = _arm()
+    seeded = [_entry(f"2026-03-01T21:0{i}:00+00:00", "golden_add", "POST /v1/golden") for i in range(3)]
+    arm.audit = [*seeded, *arm.audit, _entry("2026-03-04T00:00:00+00:00", "golden_add", "POST /v1/golden")]
+    lines = arm_section(arm)
+    start = next(i for i, line in enumerate(lines) if line.startswith("Audit timeline")) + 4
+    rows = lines[start : lines.index("", start)]
+    assert rows[0].startswith("| 2026-03-01T21:00:00+00:00 … 2026-03-01T21:02:00+00:00 | golden_add ×3 |")
+    # the two activations stay one row each (each switches a version), and a later add is its own run
+    assert [r.split(" | ")[1] for r in rows] == [
+        "golden_add ×3",
+        "pipeline_activate",
+        "pipeline_activate",
+        "golden_add",
+    ]
