@@ -123,6 +123,10 @@ class MetricComparison:
     ci95: tuple[float, float]
     relative_change: float
     regressed: bool
+    worse: int = 0
+    """Entries the current run scored lower than the baseline: with 0/1 scores an interval alone
+    does not say whether 0.0 [-11.8, +11.8] is two entries lost and two gained or a wash of many."""
+    better: int = 0
 
     def noninferior(self, threshold: float = THRESHOLD) -> bool:
         """The interval rules out a drop of more than `threshold` x the baseline mean."""
@@ -138,6 +142,8 @@ class MetricComparison:
             "ci95": [round(self.ci95[0], 6), round(self.ci95[1], 6)],
             "relative_change": round(self.relative_change, 6),
             "regressed": self.regressed,
+            "worse": self.worse,
+            "better": self.better,
         }
 
 
@@ -158,7 +164,18 @@ def compare_paired(
     base = float(b.mean())
     relative = mean / base if base else (0.0 if mean == 0 else -math.inf if mean < 0 else math.inf)
     regressed = relative < -threshold and hi < 0
-    return MetricComparison(metric, len(common), base, float(c.mean()), mean, (lo, hi), relative, regressed)
+    return MetricComparison(
+        metric,
+        len(common),
+        base,
+        float(c.mean()),
+        mean,
+        (lo, hi),
+        relative,
+        regressed,
+        worse=int((d < 0).sum()),
+        better=int((d > 0).sum()),
+    )
 
 
 @dataclass

@@ -152,6 +152,9 @@ def test_the_golden_check_refuses_a_candidate_that_trades_correct_refusals_for_a
     assert metrics["refusal_correct"]["difference"] == 0.0 and not metrics["refusal_correct"]["regressed"]
     assert metrics["answer_correct"]["difference"] > 0
     assert metrics["correct_refusal"]["n"] == 12 and metrics["correct_refusal"]["difference"] == -0.5
+    # the evidence counts the entries each way: the pooled zero is 6 lost and 6 gained, not nothing
+    assert (metrics["refusal_correct"]["worse"], metrics["refusal_correct"]["better"]) == (6, 6)
+    assert (metrics["correct_refusal"]["worse"], metrics["correct_refusal"]["better"]) == (6, 0)
     assert not verdict.passed and verdict.detail["regressed"] == ["correct_refusal"]
 
 
