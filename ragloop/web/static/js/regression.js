@@ -97,6 +97,7 @@ function row(run, metrics) {
     if (c) {
       const d = Array.isArray(c.ci95) ? c.ci95 : [null, null];
       text += ` · baseline ${fmt(c.baseline_mean)}, ${(c.relative_change * 100).toFixed(1)}%, paired difference ${fmt(c.difference)} 95% [${fmt(d[0])}, ${fmt(d[1])}] over ${c.n}`;
+      if (Number.isInteger(c.worse)) text += ` (${c.worse} worse, ${c.better} better)`;
     }
     cells.append(el("li", { class: c?.regressed ? "failing" : "", text: c?.regressed ? `${text} · REGRESSED` : text }));
   }
