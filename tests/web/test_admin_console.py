@@ -233,6 +233,8 @@ def test_regression_runs_and_the_golden_set(page: Any, served: Served) -> None:
     expect(page.locator("#reg-runs tr")).to_have_count(3)
     expect(page.locator("#reg-runs tr.failing-row")).to_have_count(1)
     expect(page.locator("#reg-runs tr.failing-row li.failing")).to_contain_text("answer_correct")
+    # the paired comparison says how many entries moved each way, not only its interval
+    expect(page.locator("#reg-runs tr.failing-row li.failing")).to_contain_text(re.compile(r"[1-9]\d* worse, 0 better"))
     expect(page.locator("#reg-charts circle.regressed")).to_have_count(1)
     shot(page, "13-admin-regression", full_page=True)
 
