@@ -189,6 +189,7 @@ def render_markdown(history: RegressionHistory, chart: str | None = None) -> str
         "current",
         "difference [95% CI]",
         "relative",
+        "worse / better",
         "regressed",
     ]
     lines += ["| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
@@ -207,6 +208,7 @@ def render_markdown(history: RegressionHistory, chart: str | None = None) -> str
                         f"{c['current_mean']:.3f}",
                         f"{c['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}]",
                         f"{c['relative_change']:+.1%}" if math.isfinite(c["relative_change"]) else "–",
+                        f"{c['worse']} / {c['better']}" if "worse" in c else "–",  # runs before the counts: none
                         "**yes**" if c["regressed"] else "no",
                     ]
                 )

@@ -64,6 +64,11 @@ def test_report_has_n_and_ci_per_metric_and_flags_the_failing_one(store: Store, 
     assert data["runs"][-1]["comparisons"][0]["ci95"][1] < 0
     md = render_markdown(history)
     assert f"(n={f1.n})" in md and "**yes**" in md and history.runs[-1].run_id[:12] in md
+    # the odd-numbered entries went wrong and none went right: counted, beside the interval
+    [acc] = [c for c in data["runs"][-1]["comparisons"] if c["metric"] == "answer_correct"]
+    worse = round(-acc["difference"] * acc["n"])  # the baseline answered every entry right
+    assert worse > 0 and (acc["worse"], acc["better"]) == (worse, 0)
+    assert f"| {worse} / 0 | **yes** |" in md
 
 
 def test_report_files_markdown_json_and_png(store: Store, tmp_path: Path) -> None:
