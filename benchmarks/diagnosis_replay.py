@@ -96,11 +96,12 @@ def main() -> None:
         )
         if r["rechunk_verdicts_by_replayed_mode"]:
             v = r["rechunk_verdicts_by_replayed_mode"]
+            statuses = sorted({s for c in v.values() for s in c})
             md.append(
                 print_table(
                     "chunking failures whose re-chunk was applied: the action's status, by replayed mode",
-                    ["replayed mode", *sorted({s for c in v.values() for s in c})],
-                    [[m, *(c.get(s, 0) for s in sorted({s for c in v.values() for s in c}))] for m, c in v.items()],
+                    ["replayed mode", *statuses],
+                    [[m, *(c.get(s, 0) for s in statuses)] for m, c in v.items()],
                 )
             )
     write_results(args.name, {"thresholds": t.model_dump(mode="json"), "stores": results}, "\n".join(md))

@@ -123,10 +123,10 @@ class MetricComparison:
     ci95: tuple[float, float]
     relative_change: float
     regressed: bool
-    worse: int = 0
+    worse: int
     """Entries the current run scored lower than the baseline: with 0/1 scores an interval alone
     does not say whether 0.0 [-11.8, +11.8] is two entries lost and two gained or a wash of many."""
-    better: int = 0
+    better: int
 
     def noninferior(self, threshold: float = THRESHOLD) -> bool:
         """The interval rules out a drop of more than `threshold` x the baseline mean."""
@@ -173,8 +173,8 @@ def compare_paired(
         (lo, hi),
         relative,
         regressed,
-        worse=int((d < 0).sum()),
-        better=int((d > 0).sum()),
+        int((d < 0).sum()),
+        int((d > 0).sum()),
     )
 
 

@@ -191,22 +191,13 @@ def audit_runs(audit: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Consecutive entries of one action from one trigger that switch no version and carry no delta
     (the seeded golden set: a row per entry buried the week's changes) as one run; others alone."""
 
-    def plain(a: dict[str, Any]) -> bool:
-        return not (a["version_before"] or a["version_after"] or a["expected_delta"] or a["actual_delta"])
+    def key(a: dict[str, Any]) -> tuple[Any, Any] | None:
+        changes = a["version_before"] or a["version_after"] or a["expected_delta"] or a["actual_delta"]
+        return None if changes else (a["action"], a["triggered_by"])
 
     runs: list[list[dict[str, Any]]] = []
     for a in audit:
-        prev = runs[-1][-1] if runs else None
-        if (
-            prev is not None
-            and plain(a)
-            and plain(prev)
-            and (a["action"], a["triggered_by"])
-            == (
-                prev["action"],
-                prev["triggered_by"],
-            )
-        ):
+        if runs and key(a) is not None and key(a) == key(runs[-1][-1]):
             runs[-1].append(a)
         else:
             runs.append([a])
