@@ -3,10 +3,10 @@
 Each injects one known cause of failure into an otherwise real pipeline, so the labelled set's
 label is the mechanism, not anyone's judgement:
 
-- `DerivedCollection`: a collection whose index is an in-memory edit of a real one (documents
-  removed, documents re-chunked at chosen offsets). Only the re-chunked texts are embedded
-  (through the base's embedder and its content-hash cache); BM25 is rebuilt over the edit. It is
-  read through the ordinary `Retriever`, exactly like the collection it came from.
+- `without_documents` / `rechunked`: a `DerivedCollection` (`ragloop.retrieval.derived`) whose index
+  is an in-memory edit of a real one (documents removed, documents cut at chosen offsets). Only the
+  cut texts are embedded (through the base's embedder and its content-hash cache). It is read
+  through the ordinary `Retriever`, exactly like the collection it came from.
 - `NoisyQueryEmbedder`: the index's own embedder with deterministic Gaussian noise added to
   every *query* vector (seeded by the text's sha256, so runs repeat), the "query vector lands
   far from the relevant chunks" of an embedding failure.
@@ -16,55 +16,16 @@ Evaluation tooling only: nothing on the serving path builds these.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ragloop.config.pipeline import LexicalConfig
-from ragloop.ingest.registry import Registry
 from ragloop.ingest.types import Chunk, make_chunk_id
 from ragloop.models.embedding import Embedder
 from ragloop.retrieval.collection import Collection
-from ragloop.retrieval.dense import make_vector_index
-from ragloop.retrieval.lexical import BM25Index
-from ragloop.retrieval.store import IndexGeneration, index_text
-
-
-class DerivedCollection(Collection):
-    """`base` with its chunk list replaced; reads like any collection, writes nothing."""
-
-    def __init__(self, name: str, base: Collection, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
-        super().__init__(name, base.settings)
-        self.base = base
-        src = base.load()
-        m = src.manifest
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if len(chunks) != len(vectors):
-            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
-        bm25 = BM25Index(LexicalConfig.model_validate(m.lexical))
-        bm25.build([index_text(c, m.index_headings) for c in chunks])
-        index = make_vector_index("exact", m.dim)
-        if len(chunks):
-            index.add(vectors)
-        manifest = dataclasses.replace(m, n_chunks=len(chunks), dense_backend="exact")
-        self._gen = IndexGeneration(
-            src.path.with_name(f"{src.path.name}+{name}"), manifest, list(chunks), vectors, bm25, index
-        )
-
-    @property
-    def registry(self) -> Registry:
-        return self.base.registry
-
-    def exists(self) -> bool:
-        return True
-
-    def generation(self) -> int:
-        return self._gen.manifest.generation
-
-    def load(self) -> IndexGeneration:
-        return self._gen
+from ragloop.retrieval.derived import DerivedCollection
+from ragloop.retrieval.store import index_text
 
 
 def without_documents(base: Collection, doc_ids: Sequence[str], name: str) -> DerivedCollection:

@@ -20,9 +20,13 @@ whose lease ran out):
 7. Monitor mode: while tier 1's weekly agreement is below 0.75 (`recalibration.state`), every
    action but tier 1's own recalibration stays proposed (`deferred_monitor`): tier 1 chooses what
    gets diagnosed, so its proposals wait until it is trusted again.
-A DIRECT action's query group is measured just before apply: the auditor's "before"; when the
-proposal carries no expected delta, it is `EXPECTED_SHARE` x confidence x the group's headroom
-(1 - its baseline), the improvement the diagnosis promises.
+A DIRECT action's query group is measured just before apply: the auditor's "before". A kind that
+can preview its change (a re-chunk: the index it would write, built in memory) is measured again on
+that preview; when the paired interval of preview - before holds no gain (its upper end <= 0) the
+action is rejected before anything serving changes, otherwise the preview's delta is the expected
+one the auditor holds the change to. Without a preview, the expected delta is the proposal's own or
+`EXPECTED_SHARE` x confidence x the group's headroom (1 - its baseline), the improvement the
+diagnosis promises.
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ from ragloop.improve.remediation import (
     AppliedChange,
     Effect,
     GroupMeasurement,
+    QueryGroup,
+    Remediation,
     RemediationContext,
     make_remediation,
 )
-from ragloop.improve.remediation.measure import measure
+from ragloop.improve.remediation.measure import Delta, delta, measure
 from ragloop.improve.remediation.ranking import audit_action_type
 from ragloop.improve.types import ActionKind
 from ragloop.store import ImprovementActions, StoreConflictError
@@ -142,6 +148,19 @@ def expected_delta(spec: ActionSpec, baseline: GroupMeasurement | None) -> dict[
         return spec.expected_delta
     value = EXPECTED_SHARE * spec.confidence * (1.0 - baseline.mean)
     return {"metric": "target_recall_at_k", "value": round(value, 4), "from": "confidence x headroom"}
+
+
+def preview_expectation(d: Delta) -> dict[str, Any]:
+    """A preview's delta as the expected one (`metric value [ci95] n`, the audit log's form)."""
+    return {
+        "metric": "target_recall_at_k",
+        "value": round(d.diff, 4),
+        "ci95": [round(d.lo, 4), round(d.hi, 4)],
+        "n": d.n,
+        "before": round(d.before, 4),
+        "after": round(d.after, 4),
+        "from": "preview",
+    }
 
 
 @dataclass
@@ -253,13 +272,21 @@ class Scheduler:
         try:
             group = remediation.group(ctx) if remediation.effect is Effect.DIRECT else None
             baseline = measure(ctx, group) if group is not None else None
+            previewed = self._preview(remediation, group, baseline)
+            if previewed is not None and not previewed.hi > 0:
+                return self._reject(
+                    spec,
+                    f"preview: target recall {previewed.before:.3f} -> {previewed.after:.3f} on {previewed.n} "
+                    f"queries [{previewed.lo:+.3f}, {previewed.hi:+.3f}]: the change cannot gain",
+                )
             change = remediation.apply(ctx)
         except Exception as exc:  # the previous state still serves (each apply is atomic)
             retry = attempts < self.policy.max_attempts
             self.actions.mark_failed(spec.action_id, f"{type(exc).__name__}: {exc}", claimer=self.worker, retry=retry)
             return self._result(spec, Outcome.RETRY if retry else Outcome.FAILED, f"{type(exc).__name__}: {exc}")
         change = change.model_copy(update={"group": group, "baseline": baseline})
-        spec = spec.model_copy(update={"expected_delta": expected_delta(spec, baseline)})
+        expected = expected_delta(spec, baseline) if previewed is None else preview_expectation(previewed)
+        spec = spec.model_copy(update={"expected_delta": expected})
         try:
             log_id = self._record(spec, change)
         except Exception as exc:
@@ -270,6 +297,19 @@ class Scheduler:
                 spec, Outcome.CLAIMED_ELSEWHERE, f"not recorded, change undone: {type(exc).__name__}: {exc}"
             )
         return self._result(spec, Outcome.APPLIED, change.summary, log_id, change.candidate_version)
+
+    def _preview(
+        self, remediation: Remediation[Any], group: QueryGroup | None, baseline: GroupMeasurement | None
+    ) -> Delta | None:
+        """Preview vs baseline on the group, when the kind can preview and the group has targets
+        and questions to score (without them both sides are 0 by construction: no evidence either way)."""
+        if group is None or baseline is None or not group.questions or not (group.chunk_ids or group.passages):
+            return None
+        after = remediation.preview(self.ctx, group)
+        if after is None:
+            return None
+        s = self.ctx.settings
+        return delta(baseline.scores, after.scores, resamples=s.resamples, seed=s.seed)
 
     def _record(self, spec: ActionSpec, change: AppliedChange) -> str:
         store, audit_after = self.ctx.store, self.policy.audit_window_s if change.effect is Effect.DIRECT else None

@@ -30,14 +30,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ragloop.config.pipeline import PipelineConfig
+from ragloop.config.pipeline import ChunkingConfig, PipelineConfig
 from ragloop.ingest.chunking import chunk_document
 from ragloop.ingest.loaders import load_file
-from ragloop.ingest.registry import DocumentOverride, RegistryTxn
+from ragloop.ingest.registry import DocumentOverride, FileRecord, RegistryTxn
 from ragloop.ingest.scan import chunk_fingerprint
+from ragloop.ingest.types import Chunk
 from ragloop.models import make_embedder
 from ragloop.retrieval.collection import Collection, CollectionError, _source, _with_source
-from ragloop.retrieval.store import IndexSpec, index_text
+from ragloop.retrieval.derived import DerivedCollection
+from ragloop.retrieval.store import IndexSpec, Manifest, index_text
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,120 @@ def _known_vectors(collection: Collection, generations: list[int], headings: boo
     return out
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """The generation a re-chunk would publish, and what its registry changes need."""
+
+    rel: str
+    record: FileRecord
+    fingerprint: str
+    chunking: ChunkingConfig
+    n_docs: int
+    before: DocumentOverride | None
+    generation: int
+    manifest: Manifest
+    mine: list[int]
+    old_ids: tuple[str, ...]
+    fresh: list[Chunk]
+    chunks: list[Chunk]
+    vectors: np.ndarray
+    embedded: int
+
+
+def _plan(
+    collection: Collection,
+    doc_id: str,
+    override: DocumentOverride | None,
+    config: PipelineConfig,
+    stack: ExitStack,
+) -> _Plan:
+    if override is not None and override.rel != doc_id:
+        raise ValueError(f"override for {override.rel!r} given to re-chunk {doc_id!r}")
+    registry = collection.registry
+    fingerprint = config.index_fingerprint()
+    if registry.get_state("fingerprint") != fingerprint:
+        raise CollectionError(f"collection {collection.name!r} was not indexed with this pipeline config")
+    files = registry.files()
+    rel = _file_of(collection, doc_id, files)
+    record = files.get(rel)
+    if record is None:
+        raise CollectionError(f"not in collection {collection.name!r}: {rel}")
+    whole = doc_id == rel  # the file itself, else one of its records
+    root = _source_root(collection, rel, Path(record.root), stack)
+    path = root / rel
+    if _file_hash(path) != record.content_hash:
+        raise CollectionError(f"{rel} changed on disk since it was indexed: re-ingest it instead")
+    overrides = registry.document_overrides()
+    before = overrides.get(doc_id)
+    if override is None:
+        overrides.pop(doc_id, None)
+    else:
+        overrides[doc_id] = override
+    chunking = registry.chunking_for(config.chunking, overrides)
+    docs = load_file(path, root, max_bytes=collection.settings.max_file_bytes)
+    targets = docs if whole else [d for d in docs if d.doc_id == doc_id]
+    if not targets:
+        raise CollectionError(f"{rel} no longer holds record {doc_id!r}: re-ingest it instead")
+    fresh = [
+        _with_source(c, rel)
+        for d in targets
+        for c in chunk_document(d, *chunking.for_record(rel, d.doc_id), chunking.min_size)
+    ]
+    if not fresh:
+        raise CollectionError(f"{doc_id} has no text to index after cleaning")
+
+    old_gen = collection.generation()
+    cur = collection.load()
+    m = cur.manifest
+    mine = [i for i, ch in enumerate(cur.chunks) if _source(ch) == rel and (whole or ch.doc_id == doc_id)]
+    at = mine[0] if mine else len(cur.chunks)
+    mine_set = set(mine)
+    kept = [i for i in range(len(cur.chunks)) if i not in mine_set]
+    head = [i for i in kept if i < at]
+    tail = [i for i in kept if i > at]
+
+    known = _known_vectors(collection, [old_gen - 1, old_gen], m.index_headings)
+    texts = [index_text(c, m.index_headings) for c in fresh]
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
+    if missing:
+        dense = config.retrieval.dense
+        embedder = make_embedder(
+            m.embedder, collection.settings, max_tokens=dense.max_tokens, batch_size=dense.batch_size
+        )
+        for t, v in zip(missing, embedder.embed(missing), strict=True):
+            known[t] = v
+    new_vectors = np.stack([known[t] for t in texts]).astype(np.float32)
+    old_vectors = np.asarray(cur.vectors, dtype=np.float32)
+    return _Plan(
+        rel=rel,
+        record=record,
+        fingerprint=fingerprint,
+        chunking=chunking,
+        n_docs=len(docs),
+        before=before,
+        generation=old_gen,
+        manifest=m,
+        mine=mine,
+        old_ids=tuple(cur.chunks[i].chunk_id for i in mine),
+        fresh=fresh,
+        chunks=[cur.chunks[i] for i in head] + fresh + [cur.chunks[i] for i in tail],
+        vectors=np.concatenate(
+            [old_vectors[head].reshape(-1, m.dim), new_vectors, old_vectors[tail].reshape(-1, m.dim)]
+        ),
+        embedded=len(missing),
+    )
+
+
+def preview_rechunk(
+    collection: Collection, doc_id: str, override: DocumentOverride | None, config: PipelineConfig
+) -> DerivedCollection:
+    """The collection as `rechunk_document` would leave it, in memory: what the remediation
+    measures before it changes what serves. Reads the committed generation; writes nothing."""
+    with ExitStack() as stack:
+        plan = _plan(collection, doc_id, override, config, stack)
+    return DerivedCollection(f"preview-{plan.generation}", collection, plan.chunks, plan.vectors)
+
+
 def rechunk_document(
     collection: Collection, doc_id: str, override: DocumentOverride | None, config: PipelineConfig
 ) -> RechunkResult:
@@ -118,71 +234,10 @@ def rechunk_document(
     new generation. `doc_id` is a registered file's path (the whole file, every record of a
     multi-record one) or one record's doc id `path#record` (that record alone); the override is
     stored under it. `config` must be the pipeline the collection was indexed with."""
-    if override is not None and override.rel != doc_id:
-        raise ValueError(f"override for {override.rel!r} given to re-chunk {doc_id!r}")
     with collection.exclusive(), ExitStack() as stack:
-        registry = collection.registry
-        fingerprint = config.index_fingerprint()
-        if registry.get_state("fingerprint") != fingerprint:
-            raise CollectionError(f"collection {collection.name!r} was not indexed with this pipeline config")
-        files = registry.files()
-        rel = _file_of(collection, doc_id, files)
-        record = files.get(rel)
-        if record is None:
-            raise CollectionError(f"not in collection {collection.name!r}: {rel}")
-        whole = doc_id == rel  # the file itself, else one of its records
-        root = _source_root(collection, rel, Path(record.root), stack)
-        path = root / rel
-        if _file_hash(path) != record.content_hash:
-            raise CollectionError(f"{rel} changed on disk since it was indexed: re-ingest it instead")
-        overrides = registry.document_overrides()
-        before = overrides.get(doc_id)
-        if override is None:
-            overrides.pop(doc_id, None)
-        else:
-            overrides[doc_id] = override
-        chunking = registry.chunking_for(config.chunking, overrides)
-        docs = load_file(path, root, max_bytes=collection.settings.max_file_bytes)
-        targets = docs if whole else [d for d in docs if d.doc_id == doc_id]
-        if not targets:
-            raise CollectionError(f"{rel} no longer holds record {doc_id!r}: re-ingest it instead")
-        fresh = [
-            _with_source(c, rel)
-            for d in targets
-            for c in chunk_document(d, *chunking.for_record(rel, d.doc_id), chunking.min_size)
-        ]
-        if not fresh:
-            raise CollectionError(f"{doc_id} has no text to index after cleaning")
-
-        old_gen = collection.generation()
-        cur = collection.load()
-        m = cur.manifest
-        mine = [i for i, ch in enumerate(cur.chunks) if _source(ch) == rel and (whole or ch.doc_id == doc_id)]
-        at = mine[0] if mine else len(cur.chunks)
-        mine_set = set(mine)
-        kept = [i for i in range(len(cur.chunks)) if i not in mine_set]
-        head = [i for i in kept if i < at]
-        tail = [i for i in kept if i > at]
-
-        known = _known_vectors(collection, [old_gen - 1, old_gen], m.index_headings)
-        texts = [index_text(c, m.index_headings) for c in fresh]
-        missing = [t for t in dict.fromkeys(texts) if t not in known]
-        if missing:
-            dense = config.retrieval.dense
-            embedder = make_embedder(
-                m.embedder, collection.settings, max_tokens=dense.max_tokens, batch_size=dense.batch_size
-            )
-            for t, v in zip(missing, embedder.embed(missing), strict=True):
-                known[t] = v
-        new_vectors = np.stack([known[t] for t in texts]).astype(np.float32)
-        old_vectors = np.asarray(cur.vectors, dtype=np.float32)
-        chunks = [cur.chunks[i] for i in head] + fresh + [cur.chunks[i] for i in tail]
-        vectors = np.concatenate(
-            [old_vectors[head].reshape(-1, m.dim), new_vectors, old_vectors[tail].reshape(-1, m.dim)]
-        )
-        n_file = sum(1 for ch in chunks if _source(ch) == rel)
-
-        new_gen = old_gen + 1
+        plan = _plan(collection, doc_id, override, config, stack)
+        n_file = sum(1 for ch in plan.chunks if _source(ch) == plan.rel)
+        new_gen = plan.generation + 1
 
         def changes(txn: RegistryTxn) -> None:
             if override is None:
@@ -191,23 +246,23 @@ def rechunk_document(
                 txn.set_document_override(override)
             txn.upsert_file(
                 replace(
-                    record,
-                    fingerprint=chunk_fingerprint(chunking, rel, fingerprint),
-                    n_docs=len(docs),
+                    plan.record,
+                    fingerprint=chunk_fingerprint(plan.chunking, plan.rel, plan.fingerprint),
+                    n_docs=plan.n_docs,
                     n_chunks=n_file,
                     ingested_at=time.time(),
                 )
             )
 
-        collection.publish(new_gen, chunks, vectors, IndexSpec.of(m), changes)
+        collection.publish(new_gen, plan.chunks, plan.vectors, IndexSpec.of(plan.manifest), changes)
         return RechunkResult(
-            rel=rel,
+            rel=plan.rel,
             doc_id=doc_id,
-            generation_before=old_gen,
+            generation_before=plan.generation,
             generation_after=new_gen,
-            override_before=before,
+            override_before=plan.before,
             override_after=override,
-            chunk_ids_before=tuple(cur.chunks[i].chunk_id for i in mine),
-            chunk_ids_after=tuple(c.chunk_id for c in fresh),
-            embedded=len(missing),
+            chunk_ids_before=plan.old_ids,
+            chunk_ids_after=tuple(c.chunk_id for c in plan.fresh),
+            embedded=plan.embedded,
         )

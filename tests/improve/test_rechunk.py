@@ -170,8 +170,42 @@ def test_a_rechunk_that_joins_the_sentence_is_kept_by_the_auditor(coll: Collecti
     policy = Policy(audit_window_s=3600)
     [applied] = run_pass(store, SMALL, clock=clock, policy=policy, context=ctx).scheduled
     assert applied.outcome is Outcome.APPLIED
+    row = store.improvement_actions.get(applied.action_id)
+    assert row is not None and row.expected_delta is not None
+    assert row.expected_delta["from"] == "preview" and row.expected_delta["value"] == 1.0  # measured, not promised
     clock.advance(3601)
     [audit] = run_pass(store, SMALL, clock=clock, policy=policy, context=ctx).audited
     assert audit.verdict is Verdict.KEPT and audit.delta is not None
     assert audit.delta.before == 0.0 and audit.delta.lo > 0
+    assert audit.delta.diff == row.expected_delta["value"]  # the preview was the index it then wrote
     assert "harbour.md" in coll.registry.document_overrides()
+
+
+def test_a_rechunk_whose_preview_cannot_gain_is_rejected_before_it_is_written(coll: Collection, store: Store) -> None:
+    """Size 125 still cuts the 136-character sentence: the in-memory preview finds it in no top-2
+    hit, so nothing is re-chunked, no generation is written and nothing waits for an audit."""
+    clock = ManualClock()
+    action = store.improvement_actions.propose(
+        ActionKind.RECHUNK_DOCUMENT.value,
+        "doc:kb/harbour.md",
+        f"generation:{coll.generation()}",
+        domain="kb",
+        answer_ids=["a1"],
+        evidence={"confidence": 0.8, "diagnosis": {"kind": "chunking", "sentence": SENTENCE}},
+        payload={
+            "collection": "kb",
+            "question": "Who rebuilt the lighthouse after the storm?",
+            "doc_id": "harbour.md",
+            "size": 125,
+            "overlap": 0,
+        },
+    ).action
+    generation, before = coll.generation(), _state(coll, "harbour.md")
+    ctx = context(store, coll, clock, config=SMALL.with_overrides(retrieval={"k": 2}))
+    [result] = run_pass(store, SMALL, clock=clock, policy=Policy(audit_window_s=3600), context=ctx).scheduled
+    assert result.outcome is Outcome.REJECTED and result.detail.startswith("preview: target recall 0.000 -> 0.000")
+    row = store.improvement_actions.get(action.action_id)
+    assert row is not None and row.status == "rejected"
+    assert coll.generation() == generation
+    after = _state(coll, "harbour.md")
+    assert after[0] == before[0] and after[2] == before[2]

@@ -226,6 +226,12 @@ class Remediation(ABC, Generic[P]):
         """The query group the auditor measures (DIRECT effects); None for the others."""
         return None
 
+    def preview(self, ctx: RemediationContext, group: QueryGroup) -> GroupMeasurement | None:
+        """The group measured as it would be after `apply`, with nothing that serves changed; the
+        scheduler applies only a change whose preview can gain. None: this kind cannot tell before
+        it is applied (the auditor's measurement after the window decides alone)."""
+        return None
+
     @abstractmethod
     def apply(self, ctx: RemediationContext) -> AppliedChange: ...
 

@@ -42,9 +42,10 @@ def with_paraphrases(collection: Collection, questions: Sequence[str], enabled: 
     return tuple(distinct)
 
 
-def serving_retriever(ctx: RemediationContext, collection: str) -> Retriever:
+def serving_retriever(ctx: RemediationContext, collection: str, index: Collection | None = None) -> Retriever:
     """The retriever as it serves now: the context's retrieval config and the collection's
-    expansion cache (refreshed on every lookup, so a change just applied is visible)."""
+    expansion cache (refreshed on every lookup, so a change just applied is visible), over
+    `index` when given (a preview of the collection after a change) instead of the collection."""
     coll = ctx.collections(collection)
     cache = ExpansionCache(
         ctx.expansion_backend(collection),
@@ -53,7 +54,7 @@ def serving_retriever(ctx: RemediationContext, collection: str) -> Retriever:
         embedder=coll.load().manifest.embedder,
         refresh_s=0.0,
     )
-    return Retriever(coll, ctx.config.retrieval, expansion=cache)
+    return Retriever(index or coll, ctx.config.retrieval, expansion=cache)
 
 
 def score_hits(hits: Sequence[Hit], group: QueryGroup) -> float:
@@ -67,13 +68,14 @@ def score_hits(hits: Sequence[Hit], group: QueryGroup) -> float:
     return found / targets
 
 
-def measure(ctx: RemediationContext, group: QueryGroup) -> GroupMeasurement:
-    retriever = serving_retriever(ctx, group.collection)
+def measure(ctx: RemediationContext, group: QueryGroup, index: Collection | None = None) -> GroupMeasurement:
+    """The group's scores on the serving retriever (over `index` when given: a preview)."""
+    retriever = serving_retriever(ctx, group.collection, index)
     scores = tuple(score_hits(retriever.retrieve(q, group.k), group) for q in group.questions)
     return GroupMeasurement(
         scores=scores,
         measured_at=ctx.clock.now().isoformat(),
-        generation=ctx.collections(group.collection).generation(),
+        generation=(index or ctx.collections(group.collection)).generation(),
     )
 
 

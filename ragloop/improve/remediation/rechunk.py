@@ -5,7 +5,9 @@ override and indexed as a new generation (`ragloop.retrieval.rechunk`). The docu
 the diagnosis named (`payload.doc_id`): a whole file when the file is one document, one record
 when the file holds many (a JSONL corpus), so the rest of that corpus keeps its chunks and vectors.
 Revert re-chunks it with the previous override, reusing the previous vectors: the same chunks, ids
-and vectors as before."""
+and vectors as before. Before any of that, `preview` measures the action's query group on the index
+as the re-chunk would leave it (in memory), so a merge that still leaves the supporting sentence
+outside the top k is rejected by the scheduler instead of served for an audit window and reverted."""
 
 from __future__ import annotations
 
@@ -13,11 +15,18 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragloop.improve.remediation.base import AppliedChange, Effect, QueryGroup, Remediation, RemediationContext
-from ragloop.improve.remediation.measure import group_for, questions_of
+from ragloop.improve.remediation.base import (
+    AppliedChange,
+    Effect,
+    GroupMeasurement,
+    QueryGroup,
+    Remediation,
+    RemediationContext,
+)
+from ragloop.improve.remediation.measure import group_for, measure, questions_of
 from ragloop.improve.types import ActionKind
 from ragloop.ingest.registry import DocumentOverride
-from ragloop.retrieval.rechunk import rechunk_document, source_of
+from ragloop.retrieval.rechunk import preview_rechunk, rechunk_document, source_of
 
 
 class RechunkPayload(BaseModel):
@@ -66,6 +75,14 @@ class RechunkAction(Remediation[RechunkPayload]):
             overlap=min(new_overlap, new_size - 1),
             source=f"action:{self.spec.action_id}",
         )
+
+    def preview(self, ctx: RemediationContext, group: QueryGroup) -> GroupMeasurement:
+        """The group on the index as the re-chunk would leave it (built in memory): a merged chunk
+        that still misses a dense top 2 shows here, before a generation is written and audited."""
+        coll = ctx.collections(self.payload.collection)
+        doc_id = self.payload.doc_id
+        index = preview_rechunk(coll, doc_id, self.target(ctx, source_of(coll, doc_id)), ctx.config)
+        return measure(ctx, group, index)
 
     def apply(self, ctx: RemediationContext) -> AppliedChange:
         coll = ctx.collections(self.payload.collection)
