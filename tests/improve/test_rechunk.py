@@ -21,7 +21,7 @@ from ragloop.ingest.registry import DocumentOverride, RegistryTxn
 from ragloop.retrieval import rechunk as rechunk_module
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.rechunk import rechunk_document
-from ragloop.store import Store
+from ragloop.store import ImprovementAction, Store
 from tests.agent.conftest import HASHED
 from tests.improve.remediation_support import context
 
@@ -155,17 +155,28 @@ def test_a_document_changed_on_disk_is_not_rechunked(coll: Collection, tmp_path:
         rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 300, 60, "test"), SMALL)
 
 
-def test_a_rechunk_that_joins_the_sentence_is_kept_by_the_auditor(coll: Collection, store: Store) -> None:
-    clock = ManualClock()
-    store.improvement_actions.propose(
+def _propose_lighthouse(store: Store, coll: Collection, **sizes: int) -> ImprovementAction:
+    """The chunking failure on harbour.md as the diagnosis pass proposes it (`sizes`: the payload's
+    size/overlap instead of the remediation's growth rule)."""
+    return store.improvement_actions.propose(
         ActionKind.RECHUNK_DOCUMENT.value,
         "doc:kb/harbour.md",
         f"generation:{coll.generation()}",
         domain="kb",
         answer_ids=["a1"],
         evidence={"confidence": 0.8, "diagnosis": {"kind": "chunking", "sentence": SENTENCE}},
-        payload={"collection": "kb", "question": "Who rebuilt the lighthouse after the storm?", "doc_id": "harbour.md"},
-    )
+        payload={
+            "collection": "kb",
+            "question": "Who rebuilt the lighthouse after the storm?",
+            "doc_id": "harbour.md",
+            **sizes,
+        },
+    ).action
+
+
+def test_a_rechunk_that_joins_the_sentence_is_kept_by_the_auditor(coll: Collection, store: Store) -> None:
+    clock = ManualClock()
+    _propose_lighthouse(store, coll)
     ctx = context(store, coll, clock, config=SMALL.with_overrides(retrieval={"k": 2}))
     policy = Policy(audit_window_s=3600)
     [applied] = run_pass(store, SMALL, clock=clock, policy=policy, context=ctx).scheduled
@@ -185,21 +196,7 @@ def test_a_rechunk_whose_preview_cannot_gain_is_rejected_before_it_is_written(co
     """Size 125 still cuts the 136-character sentence: the in-memory preview finds it in no top-2
     hit, so nothing is re-chunked, no generation is written and nothing waits for an audit."""
     clock = ManualClock()
-    action = store.improvement_actions.propose(
-        ActionKind.RECHUNK_DOCUMENT.value,
-        "doc:kb/harbour.md",
-        f"generation:{coll.generation()}",
-        domain="kb",
-        answer_ids=["a1"],
-        evidence={"confidence": 0.8, "diagnosis": {"kind": "chunking", "sentence": SENTENCE}},
-        payload={
-            "collection": "kb",
-            "question": "Who rebuilt the lighthouse after the storm?",
-            "doc_id": "harbour.md",
-            "size": 125,
-            "overlap": 0,
-        },
-    ).action
+    action = _propose_lighthouse(store, coll, size=125, overlap=0)
     generation, before = coll.generation(), _state(coll, "harbour.md")
     ctx = context(store, coll, clock, config=SMALL.with_overrides(retrieval={"k": 2}))
     [result] = run_pass(store, SMALL, clock=clock, policy=Policy(audit_window_s=3600), context=ctx).scheduled
