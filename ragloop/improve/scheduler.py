@@ -305,7 +305,7 @@ class Scheduler:
         and questions to score (without them both sides are 0 by construction: no evidence either way)."""
         if group is None or baseline is None or not group.questions or not (group.chunk_ids or group.passages):
             return None
-        after = remediation.preview(self.ctx, group)
+        after = remediation.preview(self.ctx, group, baseline)
         if after is None:
             return None
         s = self.ctx.settings

@@ -155,13 +155,14 @@ def test_a_document_changed_on_disk_is_not_rechunked(coll: Collection, tmp_path:
         rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 300, 60, "test"), SMALL)
 
 
-def _propose_lighthouse(store: Store, coll: Collection, **sizes: int) -> ImprovementAction:
+def _propose_lighthouse(store: Store, coll: Collection, key: str | None = None, **sizes: int) -> ImprovementAction:
     """The chunking failure on harbour.md as the diagnosis pass proposes it (`sizes`: the payload's
-    size/overlap instead of the remediation's growth rule)."""
+    size/overlap instead of the remediation's growth rule; `key`: another dedupe key than the
+    generation's, to propose it again)."""
     return store.improvement_actions.propose(
         ActionKind.RECHUNK_DOCUMENT.value,
         "doc:kb/harbour.md",
-        f"generation:{coll.generation()}",
+        key or f"generation:{coll.generation()}",
         domain="kb",
         answer_ids=["a1"],
         evidence={"confidence": 0.8, "diagnosis": {"kind": "chunking", "sentence": SENTENCE}},
@@ -206,3 +207,23 @@ def test_a_rechunk_whose_preview_cannot_gain_is_rejected_before_it_is_written(co
     assert coll.generation() == generation
     after = _state(coll, "harbour.md")
     assert after[0] == before[0] and after[2] == before[2]
+
+
+def test_the_preview_tries_larger_sizes_and_applies_the_smallest_that_gains(coll: Collection, store: Store) -> None:
+    """Growth x1.25 from 120: size 150 (overlap 38) still cuts the sentence, 188 (overlap 47) holds
+    it whole. With one step the action is rejected; with three, 188 is written (not 234)."""
+    clock = ManualClock()
+    k2 = SMALL.with_overrides(retrieval={"k": 2})
+    one = _propose_lighthouse(store, coll)
+    ctx = context(store, coll, clock, config=k2, rechunk_growth=1.25, rechunk_steps=1)
+    [rejected] = run_pass(store, SMALL, clock=clock, policy=Policy(audit_window_s=3600), context=ctx).scheduled
+    assert rejected.action_id == one.action_id and rejected.outcome is Outcome.REJECTED
+    generation = coll.generation()
+
+    _propose_lighthouse(store, coll, key="retry")
+    ctx = context(store, coll, clock, config=k2, rechunk_growth=1.25, rechunk_steps=3)
+    [applied] = run_pass(store, SMALL, clock=clock, policy=Policy(audit_window_s=3600), context=ctx).scheduled
+    assert applied.outcome is Outcome.APPLIED and "at size 188/overlap 47" in applied.detail
+    assert coll.generation() == generation + 1
+    override = coll.registry.document_overrides()["harbour.md"]
+    assert (override.size, override.overlap) == (188, 47)

@@ -138,6 +138,10 @@ class RemediationSettings(_Frozen):
     """A re-chunked document's size: current size x this (the seed's 512 -> 800)."""
     rechunk_overlap_share: float = Field(default=0.25, ge=0.0, lt=1.0)
     """...and its overlap: this share of the new size (the seed's 200 of 800)."""
+    rechunk_steps: int = Field(default=3, ge=1)
+    """Sizes the re-chunk preview tries, growing by `rechunk_growth` each (200 -> 320, 512, 819): the
+    smallest whose preview gains is applied. One step was the fixed rule; on MTRAG-UN's degraded
+    start most one-step merges still missed a dense top 2 and were reverted a day later."""
     ranking_buffer_size: int = Field(default=12, ge=2)
     """Tuples the ranking buffer waits for before its refit. The refit decides on its own cross-fitted
     bootstrap interval (folds of alternate queries), so the count only has to give each fold a few
@@ -226,10 +230,13 @@ class Remediation(ABC, Generic[P]):
         """The query group the auditor measures (DIRECT effects); None for the others."""
         return None
 
-    def preview(self, ctx: RemediationContext, group: QueryGroup) -> GroupMeasurement | None:
-        """The group measured as it would be after `apply`, with nothing that serves changed; the
-        scheduler applies only a change whose preview can gain. None: this kind cannot tell before
-        it is applied (the auditor's measurement after the window decides alone)."""
+    def preview(
+        self, ctx: RemediationContext, group: QueryGroup, baseline: GroupMeasurement
+    ) -> GroupMeasurement | None:
+        """The group measured as it would be after `apply`, with nothing that serves changed (a kind
+        with several ways to apply may try them against `baseline`; `apply` then takes the one
+        measured); the scheduler applies only a change whose preview can gain. None: this kind
+        cannot tell before it is applied (the auditor's measurement after the window decides alone)."""
         return None
 
     @abstractmethod

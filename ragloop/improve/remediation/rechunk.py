@@ -1,6 +1,7 @@
 """Per-document re-chunk (chunking failures): the document whose supporting passage straddles a
 chunk boundary is re-chunked alone, with a larger size and overlap (x `rechunk_growth`, overlap
-`rechunk_overlap_share` of the size: the seed's 512 -> 800/200), recorded as its registry
+`rechunk_overlap_share` of the size: the seed's 512 -> 800/200; up to `rechunk_steps` growths, the
+smallest whose preview gains), recorded as its registry
 override and indexed as a new generation (`ragloop.retrieval.rechunk`). The document is the one
 the diagnosis named (`payload.doc_id`): a whole file when the file is one document, one record
 when the file holds many (a JSONL corpus), so the rest of that corpus keeps its chunks and vectors.
@@ -52,6 +53,8 @@ class RechunkAction(Remediation[RechunkPayload]):
     effect: ClassVar[Effect] = Effect.DIRECT
     cost: ClassVar[float] = 5.0
     payload_type: ClassVar[type[BaseModel]] = RechunkPayload
+    _previewed: DocumentOverride | None = None
+    """The size `preview` measured last: what `apply` writes (the scheduler previews, then applies)."""
 
     def group(self, ctx: RemediationContext) -> QueryGroup:
         p = self.payload
@@ -60,34 +63,40 @@ class RechunkAction(Remediation[RechunkPayload]):
         sentence = p.sentence or str((self.spec.evidence.get("diagnosis") or {}).get("sentence") or "")
         return group_for(ctx, p.collection, questions, passages=(sentence,))
 
-    def target(self, ctx: RemediationContext, rel: str) -> DocumentOverride:
-        """The larger chunking for the payload's document `doc_id`, held in source file `rel`."""
+    def targets(self, ctx: RemediationContext, rel: str) -> list[DocumentOverride]:
+        """The larger chunkings to try for the payload's document `doc_id`, held in source file
+        `rel`, smallest first: the payload's size alone, else `rechunk_steps` growths of the
+        document's current size."""
         p = self.payload
         coll = ctx.collections(p.collection)
         size, overlap = coll.registry.chunking_for(ctx.config.chunking).for_record(rel, p.doc_id)
-        new_size = p.size or max(size + 1, round(size * ctx.settings.rechunk_growth))
-        new_overlap = (
-            p.overlap if p.overlap is not None else max(overlap, round(new_size * ctx.settings.rechunk_overlap_share))
-        )
-        return DocumentOverride(
-            rel=p.doc_id,
-            size=new_size,
-            overlap=min(new_overlap, new_size - 1),
-            source=f"action:{self.spec.action_id}",
-        )
+        out: list[DocumentOverride] = []
+        for _ in range(1 if p.size else ctx.settings.rechunk_steps):
+            size = p.size or max(size + 1, round(size * ctx.settings.rechunk_growth))
+            grown = max(overlap, round(size * ctx.settings.rechunk_overlap_share))
+            share = grown if p.overlap is None else p.overlap
+            out.append(DocumentOverride(p.doc_id, size, min(share, size - 1), f"action:{self.spec.action_id}"))
+        return out
 
-    def preview(self, ctx: RemediationContext, group: QueryGroup) -> GroupMeasurement:
-        """The group on the index as the re-chunk would leave it (built in memory): a merged chunk
-        that still misses a dense top 2 shows here, before a generation is written and audited."""
+    def preview(self, ctx: RemediationContext, group: QueryGroup, baseline: GroupMeasurement) -> GroupMeasurement:
+        """The group on the index as each size would leave it (built in memory), smallest first,
+        up to the first under which a question finds more of its targets than at `baseline`:
+        `apply` writes that one. A merged chunk that still misses a dense top k shows here, before
+        a generation is written and audited."""
         coll = ctx.collections(self.payload.collection)
         doc_id = self.payload.doc_id
-        index = preview_rechunk(coll, doc_id, self.target(ctx, source_of(coll, doc_id)), ctx.config)
-        return measure(ctx, group, index)
+        after = baseline
+        for override in self.targets(ctx, source_of(coll, doc_id)):
+            after = measure(ctx, group, preview_rechunk(coll, doc_id, override, ctx.config))
+            self._previewed = override
+            if any(a > b for a, b in zip(after.scores, baseline.scores, strict=True)):
+                break
+        return after
 
     def apply(self, ctx: RemediationContext) -> AppliedChange:
         coll = ctx.collections(self.payload.collection)
         doc_id = self.payload.doc_id
-        override = self.target(ctx, source_of(coll, doc_id))
+        override = self._previewed or self.targets(ctx, source_of(coll, doc_id))[0]
         r = rechunk_document(coll, doc_id, override, ctx.config)
         before = r.override_before
         return AppliedChange(
