@@ -125,7 +125,6 @@ class _Plan:
     before: DocumentOverride | None
     generation: int
     manifest: Manifest
-    mine: list[int]
     old_ids: tuple[str, ...]
     fresh: list[Chunk]
     chunks: list[Chunk]
@@ -206,7 +205,6 @@ def _plan(
         before=before,
         generation=old_gen,
         manifest=m,
-        mine=mine,
         old_ids=tuple(cur.chunks[i].chunk_id for i in mine),
         fresh=fresh,
         chunks=[cur.chunks[i] for i in head] + fresh + [cur.chunks[i] for i in tail],
