@@ -22,6 +22,7 @@ from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.expansion import ExpansionLookup
 from ragloop.retrieval.retriever import Retriever
 from ragloop.retrieval.types import Hit
+from ragloop.retrieval.variants import index_for
 
 
 @dataclass
@@ -78,7 +79,7 @@ class Runtime:
             search = make_search_provider(agent.external_search, settings, timeout_s=agent.external_timeout_s)
         return cls(
             config=config,
-            retriever=Retriever(collection, config.retrieval, expansion=expansion),
+            retriever=Retriever(index_for(collection, config), config.retrieval, expansion=expansion),
             grade_scorer=scorer("grade", agent.scorers.grade),
             refine_scorer=scorer("refine", agent.scorers.refine),
             support_scorer=scorer("support", agent.scorers.support),

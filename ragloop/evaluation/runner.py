@@ -140,8 +140,9 @@ class ItemRunner:
         self.calls: StoreCallLog | None = None
         if spec.mode == "retrieval":
             from ragloop.retrieval.retriever import Retriever
+            from ragloop.retrieval.variants import index_for
 
-            self.retriever = Retriever(self.collection, self.config.retrieval)
+            self.retriever = Retriever(index_for(self.collection, self.config), self.config.retrieval)
             return
         from ragloop.agent.build import build_agent
 

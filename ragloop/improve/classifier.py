@@ -138,11 +138,17 @@ def classify(inp: DiagnosisInput, t: Thresholds | None = None) -> Diagnosis:
             chunk_ids=split.chunk_ids,
             doc_id=split.doc_id,
         )
+        pooled = ProposedAction(
+            kind=ActionKind.CHUNKING_BUFFER,
+            reason="pooled with the collection's other chunking failures for a collection-wide chunking fit",
+            chunk_ids=split.chunk_ids,
+            doc_id=split.doc_id,
+        )
         return done(
             FailureMode.CHUNKING_FAILURE,
             _confidence(split.gain - t.split_gain, 0.3),
             ev,
-            [act],
+            [act, pooled],
             f"split passage gain {split.gain:.3f} >= {t.split_gain}",
         )
     if not oracle:

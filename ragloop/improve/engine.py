@@ -46,6 +46,7 @@ from ragloop.models.scoring import make_scorer
 from ragloop.models.scoring.base import Scorer
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.retriever import Retriever
+from ragloop.retrieval.variants import index_for
 from ragloop.store import Job, LeaseLostError, NotFoundError, Store
 from ragloop.store.vocabulary import DiagnosisStatus, JobStatus, Tier
 
@@ -230,7 +231,8 @@ class DiagnosisEngine:
             self._chat[name] = make_wrapped(name, self.settings, sink=self.store.model_calls)
         return self._chat[name]
 
-    def _diagnoser(self, coll: Collection, config: PipelineConfig) -> tuple[Diagnoser, Retriever]:
+    def _diagnoser(self, primary: Collection, config: PipelineConfig) -> tuple[Diagnoser, Retriever]:
+        coll = index_for(primary, config)  # the index the answer's version served from
         gen = coll.load()
         key = (coll.name, gen.manifest.generation, config.version_id)
         cached = self._oracles.get(key)

@@ -37,6 +37,7 @@ from ragloop.improve.remediation import (
 from ragloop.improve.remediation.expansion_cache import REDIS_URL_ENV
 from ragloop.improve.scheduler import Outcome, Policy, Scheduler, ScheduleResult, summarize
 from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.variants import IndexVariant, index_for
 from ragloop.store import ImprovementAction, ImprovementActions, NotFoundError, Store, StoreConflictError
 
 
@@ -66,21 +67,27 @@ class PassReport:
 @dataclass
 class CollectionResolver:
     """Collections by name, opened once per pass, each with its expansion backend (Redis when
-    `redis_url`, else the collection's registry)."""
+    `redis_url`, else the collection's registry). With `config`, a name resolves to the index that
+    config serves from (`index_for`: the collection, or its variant for another chunking), so a
+    remediation changes what serves."""
 
     settings: Settings
     redis_url: str | None = None
+    config: PipelineConfig | None = None
     _open: dict[str, Collection] = field(default_factory=dict)
     _backends: dict[str, ExpansionBackend] = field(default_factory=dict)
 
     def collection(self, name: str) -> Collection:
         if name not in self._open:
-            self._open[name] = Collection(name, self.settings)
+            coll = Collection(name, self.settings)
+            self._open[name] = coll if self.config is None else index_for(coll, self.config)
         return self._open[name]
 
     def backend(self, name: str) -> ExpansionBackend:
         if name not in self._backends:
-            self._backends[name] = make_expansion_backend(self.collection(name).registry, name, self.redis_url)
+            coll = self.collection(name)
+            primary = coll.primary if isinstance(coll, IndexVariant) else coll  # where serving reads them
+            self._backends[name] = make_expansion_backend(primary.registry, name, self.redis_url)
         return self._backends[name]
 
     def close(self) -> None:
@@ -101,7 +108,7 @@ def make_context(
     collections: Callable[[str], Collection] | None = None,
 ) -> tuple[RemediationContext, CollectionResolver]:
     resolver = CollectionResolver(
-        settings or Settings(), redis_url if redis_url is not None else os.environ.get(REDIS_URL_ENV)
+        settings or Settings(), redis_url if redis_url is not None else os.environ.get(REDIS_URL_ENV), config
     )
     ctx = RemediationContext(
         store=store,

@@ -28,6 +28,8 @@ class ActionKind(StrEnum):
     RECHUNK_DOCUMENT = "rechunk_document"
     KNOWLEDGE_GAP_LOG = "knowledge_gap_log"
     RANKING_BUFFER = "ranking_buffer"
+    CHUNKING_BUFFER = "chunking_buffer"
+    """Chunking failures across documents, until a collection-wide chunking candidate is fitted."""
     PROMPT_CANDIDATE = "prompt_candidate"
     THRESHOLD_RECALIBRATION = "threshold_recalibration"
     ANSWER_CHECK = "answer_check"

@@ -32,6 +32,8 @@ from ragloop.retrieval.storage import CollectionStorage, GenerationGone, open_st
 from ragloop.retrieval.store import IndexGeneration, IndexSpec, index_text
 
 Progress = Callable[[str, int, int], None]
+VARIANT_MARK = ".ix-"
+"""In the name of an index variant (`ragloop.retrieval.variants`): a collection derived from another."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -388,4 +390,5 @@ def _with_source(chunk: Chunk, rel: str) -> Chunk:
 
 
 def list_collections(settings: Settings) -> list[str]:
-    return stored_collection_names(settings)
+    """The collections users made (index variants, `ragloop.retrieval.variants`, are derived data)."""
+    return [n for n in stored_collection_names(settings) if VARIANT_MARK not in n]

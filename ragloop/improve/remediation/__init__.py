@@ -22,6 +22,7 @@ from ragloop.improve.remediation.base import (
     RemediationError,
     RemediationSettings,
 )
+from ragloop.improve.remediation.chunking import ChunkingBufferAction
 from ragloop.improve.remediation.expansion import ExpansionCacheAction, ExpansionPayload
 from ragloop.improve.remediation.expansion_cache import (
     ExpansionBackend,
@@ -47,6 +48,7 @@ REMEDIATIONS: Mapping[ActionKind, type[Remediation]] = {
         RechunkAction,
         KnowledgeGapAction,
         RankingBufferAction,
+        ChunkingBufferAction,
         ThresholdRecalibrationAction,
         AnswerCheckAction,
         PromptCandidateAction,
@@ -72,6 +74,7 @@ __all__ = [
     "AnswerCheckAction",
     "AppliedChange",
     "AuditNote",
+    "ChunkingBufferAction",
     "Effect",
     "ExpansionBackend",
     "ExpansionCache",

@@ -148,6 +148,14 @@ class RemediationSettings(_Frozen):
     queries. At 50 the buffer never filled in a simulated week: a ranking tuple needs a completed
     diagnosis, which needs an ideal answer (a reviewer's or user's correction, a golden reference),
     and the degraded SQuAD arm (dense, top-k 2) produced about 3 ranking diagnoses a day."""
+    chunking_buffer_size: int = Field(default=8, ge=2)
+    """Distinct documents with a chunking failure before the collection-wide chunking fit
+    (`ragloop.improve.remediation.chunking`): one document is the per-document re-chunk's business;
+    failures across many say the collection's chunk size is wrong, and re-chunks of the documents
+    traffic happened to name never reach the others."""
+    chunking_steps: int = Field(default=4, ge=1)
+    """Sizes the chunking fit tries, growing by `rechunk_growth` from the serving size (200 -> 320,
+    512, 819, 1311): one more than the re-chunk, so a fit from a small start can reach the default."""
     ranking_depth: int = Field(default=100, ge=1)
     """How deep the refit looks for an oracle chunk (reciprocal rank 0 below it)."""
     paraphrases: bool = True

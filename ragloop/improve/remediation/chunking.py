@@ -1,0 +1,190 @@
+"""Chunking buffer (chunking failures across documents) -> a collection-wide chunking candidate.
+
+A per-document re-chunk fixes the document a failure named. When failures name many documents, the
+collection's chunk size is what is wrong, and fixing documents one at a time never reaches those
+no traffic has failed on yet (MTRAG-UN's degraded start: eleven kept re-chunks, held-out accuracy
+unmoved). So every chunking failure also joins this buffer (one per collection and serving version,
+like the ranking buffer), and at `chunking_buffer_size` distinct documents the fit runs:
+
+- For each size in growing steps of the serving size (x `rechunk_growth`, `chunking_steps` of them;
+  overlap `rechunk_overlap_share` of the size), the whole collection is re-chunked in memory
+  (`ragloop.retrieval.variants.preview_variant`) and every buffered question is scored on it with
+  the serving retriever: does a top-k hit hold its supporting sentence whole (the re-chunk's target).
+- A size qualifies when the paired bootstrap interval of its gain over the serving index lies above
+  zero; the qualifying size with the largest mean gain (the smaller on a tie) becomes a *candidate*
+  pipeline version. It never serves from here: the golden check and an experiment decide, served
+  from the candidate's own index variant, because a larger chunk that helps these questions can
+  still dilute others.
+
+The decision, either way, is its own audit entry (`chunking_refit`) with every size's interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from ragloop.improve.remediation.base import (
+    AppliedChange,
+    AuditNote,
+    Effect,
+    QueryGroup,
+    Remediation,
+    RemediationContext,
+    register_candidate,
+)
+from ragloop.improve.remediation.measure import Delta, delta, score_hits, serving_retriever
+from ragloop.improve.types import ActionKind
+from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.variants import IndexVariant, preview_variant
+from ragloop.store import Store
+
+REFIT_ACTION = "chunking_refit"
+
+
+class ChunkingItem(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    question: str
+    sentence: str
+    doc_id: str
+
+
+class ChunkingPayload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    collection: str
+    items: tuple[ChunkingItem, ...] = ()
+
+
+def items_of(store: Store, answer_ids: Sequence[str]) -> list[ChunkingItem]:
+    """The (question, straddling sentence, document) of the answers' completed chunking diagnoses."""
+    out: list[ChunkingItem] = []
+    for answer_id in answer_ids:
+        record = store.diagnoses.get(answer_id)
+        evidence = (record.evidence or {}) if record is not None else {}
+        if record is None or evidence.get("kind") != "chunking" or not evidence.get("sentence"):
+            continue
+        question = str((record.diagnosis_input or {}).get("question") or "")
+        if not question:
+            query = store.queries.query_for_answer(answer_id)
+            question = query.question_text if query is not None else ""
+        if question:
+            out.append(ChunkingItem(question=question, sentence=evidence["sentence"], doc_id=evidence["doc_id"]))
+    return out
+
+
+@dataclass(frozen=True)
+class SizeTrial:
+    size: int
+    overlap: int
+    delta: Delta
+
+    @property
+    def qualifies(self) -> bool:
+        return self.delta.n > 1 and self.delta.lo > 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, "overlap": self.overlap, "gain": self.delta.to_json(), "qualifies": self.qualifies}
+
+
+def chosen(trials: Sequence[SizeTrial]) -> SizeTrial | None:
+    good = [t for t in trials if t.qualifies]
+    return max(good, key=lambda t: (round(t.delta.diff, 9), -t.size)) if good else None
+
+
+class ChunkingBufferAction(Remediation[ChunkingPayload]):
+    kind: ClassVar[ActionKind] = ActionKind.CHUNKING_BUFFER
+    effect: ClassVar[Effect] = Effect.CANDIDATE
+    cost: ClassVar[float] = 5.0
+    payload_type: ClassVar[type[BaseModel]] = ChunkingPayload
+
+    def buffer(self, ctx: RemediationContext) -> list[ChunkingItem]:
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for it in [*self.payload.items, *items_of(ctx.store, self.spec.answer_ids)]:
+            if (it.question, it.sentence) not in seen:
+                seen.add((it.question, it.sentence))
+                out.append(it)
+        return out
+
+    def ready(self, ctx: RemediationContext) -> str | None:
+        n, size = len({it.doc_id for it in self.buffer(ctx)}), ctx.settings.chunking_buffer_size
+        return None if n >= size else f"chunking buffer {n}/{size} documents"
+
+    def sizes(self, ctx: RemediationContext) -> list[tuple[int, int]]:
+        s = ctx.settings
+        size, out = ctx.config.chunking.size, []
+        for _ in range(s.chunking_steps):
+            size = max(size + 1, round(size * s.rechunk_growth))
+            out.append((size, min(size - 1, round(size * s.rechunk_overlap_share))))
+        return out
+
+    def scores(self, ctx: RemediationContext, items: Sequence[ChunkingItem], index: Collection | None) -> list[float]:
+        p = self.payload
+        retriever = serving_retriever(ctx, p.collection, index)
+        k = ctx.config.retrieval.k
+        return [
+            score_hits(
+                retriever.retrieve(it.question, k),
+                QueryGroup(collection=p.collection, questions=(it.question,), passages=(it.sentence,)),
+            )
+            for it in items
+        ]
+
+    def apply(self, ctx: RemediationContext) -> AppliedChange:
+        p = self.payload
+        items = self.buffer(ctx)
+        serving = ctx.collections(p.collection)
+        primary = serving.primary if isinstance(serving, IndexVariant) else serving  # where the sources are
+        before = self.scores(ctx, items, None)
+        kw = {"resamples": ctx.settings.resamples, "seed": ctx.settings.seed}
+        trials = []
+        for size, overlap in self.sizes(ctx):
+            cfg = ctx.config.with_overrides(chunking={"size": size, "overlap": overlap})
+            after = self.scores(ctx, items, preview_variant(primary, cfg))
+            trials.append(SizeTrial(size, overlap, delta(before, after, **kw)))
+        best = chosen(trials)
+        candidate = None
+        if best is not None:
+            cfg = ctx.config.with_overrides(chunking={"size": best.size, "overlap": best.overlap})
+            cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+chunking-{best.size}-{p.collection}"})
+            candidate = register_candidate(
+                ctx,
+                cfg,
+                self.kind,
+                f"chunk size {ctx.config.chunking.size} -> {best.size} "
+                f"on {len(items)} chunking failures of {p.collection}",
+            )
+        note = AuditNote(
+            action_type=REFIT_ACTION,
+            evidence={
+                "domain": p.collection,
+                "items": len(items),
+                "documents": len({it.doc_id for it in items}),
+                "answers": len(self.spec.answer_ids),
+                "serving": {"size": ctx.config.chunking.size, "overlap": ctx.config.chunking.overlap},
+                "trials": [t.to_json() for t in trials],
+                "candidate_version": candidate,
+            },
+            pipeline_version_before=ctx.config.version_id,
+            pipeline_version_after=candidate,
+        )
+        verdict = (
+            f"candidate {candidate} (size {best.size})"
+            if best and candidate
+            else "no candidate (no size's gain interval above 0)"
+        )
+        return AppliedChange(
+            kind=self.kind,
+            effect=Effect.CANDIDATE if candidate else Effect.RECORD,
+            summary=f"chunking fit on {len(items)} failures: {verdict}",
+            candidate_version=candidate,
+            notes=(note,),
+        )
+
+    def revert(self, ctx: RemediationContext, change: AppliedChange) -> None:
+        return None  # a candidate is never serving; the experiments' path retires it

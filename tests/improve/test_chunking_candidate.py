@@ -1,0 +1,170 @@
+"""Collection-wide chunking: a version whose chunking differs from the collection's index is served
+from its own index variant, which follows the primary; the chunking buffer fits a chunk size on
+the pooled failures and registers it as a candidate only when its interval says it gains."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ragloop.agent.runtime import Runtime
+from ragloop.improve.clock import ManualClock
+from ragloop.improve.remediate import make_context, run_pass
+from ragloop.improve.remediation import ActionSpec, ChunkingBufferAction, Effect
+from ragloop.improve.scheduler import Outcome, Policy
+from ragloop.improve.types import ActionKind
+from ragloop.ingest.registry import DocumentOverride
+from ragloop.retrieval.collection import Collection, list_collections
+from ragloop.retrieval.rechunk import rechunk_document
+from ragloop.retrieval.variants import IndexVariant, index_for, preview_variant
+from ragloop.store import Store
+from tests.improve.remediation_support import context
+from tests.improve.test_rechunk import DOCS, SENTENCE, SMALL, small_collection
+
+pytestmark = pytest.mark.usefixtures("kb_backend")  # embedded files and PostgreSQL
+
+WIDE = SMALL.with_overrides(chunking={"size": 300, "overlap": 0})
+SECOND = (
+    "Its tramway, laid along the northern shore in 1908 by the Ostria Traction Company, "
+    "carried fishermen from the eastern quay to the market square."
+)
+"""137 characters: like SENTENCE, cut in two at size 120."""
+MORE = {
+    **DOCS,
+    "tram.md": "# Tram\n\nThe old depot still stands behind the station and is now a small workshop. "
+    + SECOND
+    + " It closed in 1961, when the last car was sold to a museum in the capital.",
+}
+QUESTIONS = {
+    "harbour.md": ("Who rebuilt the lighthouse after the storm?", SENTENCE),
+    "tram.md": ("Who laid the tramway along the northern shore?", SECOND),
+}
+
+
+@pytest.fixture
+def coll(tmp_path: Path) -> Iterator[Collection]:
+    c = small_collection(tmp_path / "docs", MORE)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
+
+
+def _whole(collection: Collection, sentence: str) -> bool:
+    return any(sentence in c.text for c in collection.load().chunks)
+
+
+def test_a_version_with_other_chunking_is_served_from_its_own_variant(coll: Collection) -> None:
+    assert index_for(coll, SMALL) is coll
+    assert index_for(coll, SMALL.with_overrides(retrieval={"k": 1})) is coll  # query-time knobs share the index
+    runtime = Runtime.build(coll, WIDE)
+    variant = runtime.retriever.collection
+    assert isinstance(variant, IndexVariant) and variant.primary is coll
+    assert _whole(variant, SENTENCE) and _whole(variant, SECOND)
+    assert not _whole(coll, SENTENCE) and coll.generation() == 1  # the primary is untouched
+    assert variant.registry.get_state("fingerprint") == WIDE.index_fingerprint()
+    assert set(variant.registry.files()) == set(coll.registry.files())
+    assert list_collections(coll.settings) == ["kb"]  # derived data, not a collection users made
+    assert index_for(variant, WIDE) is variant and index_for(variant, SMALL) is coll
+
+
+def test_the_variant_follows_every_change_of_the_primary(coll: Collection, tmp_path: Path) -> None:
+    variant = index_for(coll, WIDE)
+    assert isinstance(variant, IndexVariant)
+    first = variant.load()
+    assert variant.sync() == first.manifest.generation  # level with the primary: nothing to do
+
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "fair.md").write_text("# Fair\n\nThe autumn fair fills the market square every October with stalls.")
+    coll.ingest([extra], SMALL)
+    assert any(c.metadata.get("source") == "fair.md" for c in variant.load().chunks)
+
+    # a per-document re-chunk larger than the variant's size carries over; a smaller one would not
+    rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 400, 0, "test"), SMALL)
+    harbour = [c for c in variant.load().chunks if c.metadata.get("source") == "harbour.md"]
+    assert len(harbour) == 1 and SENTENCE in harbour[0].text
+
+    coll.delete_documents(["tram.md"])
+    assert not any(c.metadata.get("source") == "tram.md" for c in variant.load().chunks)
+    assert "tram.md" not in variant.registry.files()
+    generation = variant.generation()
+    rechunk_document(coll, "other.md", DocumentOverride("other.md", 150, 0, "test"), SMALL)  # moves the primary only
+    assert variant.load().manifest.generation == generation  # same chunks: the marker moves, not the generation
+
+
+def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Collection, store: Store) -> None:
+    """From 120, growth x1.6: at 192 one of the two sentences is found whole in a top-2 hit (gain
+    0.5, interval [0, 1]: not shown), at 307 both are (interval [1, 1]): the candidate is 307.
+    Nothing is written to the collection's index."""
+    clock = ManualClock()
+    k2 = SMALL.with_overrides(retrieval={"k": 2})
+    items = [{"question": q, "sentence": s, "doc_id": d} for d, (q, s) in QUESTIONS.items()]
+    action = store.improvement_actions.propose(
+        ActionKind.CHUNKING_BUFFER.value,
+        "chunking_buffer:kb",
+        k2.version_id,
+        domain="kb",
+        payload={"collection": "kb", "items": items},
+        priority=0.5,
+    ).action
+    generation = coll.generation()
+    ctx = context(store, coll, clock, config=k2, chunking_buffer_size=2, chunking_steps=2, paraphrases=False)
+    [result] = run_pass(store, k2, clock=clock, policy=Policy(audit_window_s=3600), context=ctx).scheduled
+    assert result.action_id == action.action_id and result.outcome is Outcome.APPLIED
+    row = store.improvement_actions.get(action.action_id)
+    assert row is not None and row.status == "applied"
+    [candidate] = [v for v in store.pipelines.list_versions() if v.created_by == "remediation:chunking_buffer"]
+    [note] = store.audit.listed(action_types=["chunking_refit"])[0]
+    trials = note.evidence["trials"]
+    assert candidate.config["chunking"]["size"] == 307 and candidate.parent_version_id == k2.version_id
+    assert coll.generation() == generation and not _whole(coll, SENTENCE)
+    assert [(t["size"], t["qualifies"]) for t in trials] == [(192, False), (307, True)]
+    assert [(t["gain"]["before"], t["gain"]["after"], t["gain"]["lo"]) for t in trials] == [(0.0, 0.5, 0.0), (0.0, 1.0, 1.0)]
+
+
+def test_no_candidate_when_no_size_gains(coll: Collection, store: Store) -> None:
+    """One growth step (x1.05: 126) still cuts both sentences: the fit records its trial and
+    registers nothing."""
+    k2 = SMALL.with_overrides(retrieval={"k": 2})
+    items = [{"question": q, "sentence": s, "doc_id": d} for d, (q, s) in QUESTIONS.items()]
+    spec = ActionSpec(
+        action_id="x",
+        kind=ActionKind.CHUNKING_BUFFER,
+        component="chunking_buffer:kb",
+        payload={"collection": "kb", "items": items},
+    )
+    ctx = context(
+        store, coll, ManualClock(), config=k2, chunking_steps=1, rechunk_growth=1.05, chunking_buffer_size=2
+    )
+    action = ChunkingBufferAction(spec)
+    assert action.ready(ctx) is None
+    change = action.apply(ctx)
+    assert change.effect is Effect.RECORD and change.candidate_version is None
+    [trial] = change.notes[0].evidence["trials"]
+    assert trial["size"] == 126 and not trial["qualifies"]
+    assert ChunkingBufferAction(spec).ready(context(store, coll, ManualClock(), config=k2)) == (
+        "chunking buffer 2/8 documents"
+    )
+
+
+def test_a_preview_matches_the_variant_it_would_become(coll: Collection) -> None:
+    preview = preview_variant(coll, WIDE)
+    variant = index_for(coll, WIDE)
+    assert [c.chunk_id for c in preview.load().chunks] == [c.chunk_id for c in variant.load().chunks]
+    assert not Collection(variant.name, coll.settings).exists() or variant.generation() == 1
+
+
+def test_the_remediation_context_acts_on_the_serving_index(coll: Collection, store: Store) -> None:
+    ctx, resolver = make_context(store, WIDE, settings=coll.settings)
+    try:
+        served = ctx.collections("kb")
+        assert isinstance(served, IndexVariant) and _whole(served, SENTENCE)
+        assert ctx.expansion_backend("kb") is not None
+    finally:
+        resolver.close()
