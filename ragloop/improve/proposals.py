@@ -10,7 +10,7 @@ The classifier says *what kind* of fix a failure calls for (`ProposedAction`); t
 | rechunk_document | `doc:<collection>/<doc_id>` | the index generation | one re-chunk per document version |
 | knowledge_gap_log | `knowledge_gaps:<collection>` | the gap group id | one entry per group; more answers join it |
 | ranking_buffer | `ranking_buffer:<collection>` | the pipeline version | tuples accumulate until the refit |
-| chunking_buffer | `chunking_buffer:<collection>` | the pipeline version | failures accumulate until the chunking fit |
+| chunking_buffer | `chunking_buffer:<collection>` | version, generation | one fit per index state |
 | prompt_candidate, threshold_recalibration | `pipeline` | `<collection>:<version>` | global: a candidate per version |
 
 Priority is the classifier's confidence, doubled when a user reported the failure (negative
@@ -71,7 +71,7 @@ def spec_for(action: ProposedAction, diagnosis: Diagnosis, ctx: Context) -> Acti
     elif kind is ActionKind.RANKING_BUFFER:
         component, key = f"ranking_buffer:{coll}", version
     elif kind is ActionKind.CHUNKING_BUFFER:
-        component, key = f"chunking_buffer:{coll}", version
+        component, key = f"chunking_buffer:{coll}", f"{version}:generation:{ctx.generation}"
     else:  # prompt candidates, threshold recalibration: global changes, one candidate per version
         component, key = "pipeline", f"{coll}:{version}"
     payload: dict[str, Any] = {

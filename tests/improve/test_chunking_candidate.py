@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ragloop.agent.runtime import Runtime
+from ragloop.config import PipelineConfig
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.remediate import make_context, run_pass
 from ragloop.improve.remediation import ActionSpec, ChunkingBufferAction, Effect
@@ -98,19 +99,42 @@ def test_the_variant_follows_every_change_of_the_primary(coll: Collection, tmp_p
     assert variant.load().manifest.generation == generation  # same chunks: the marker moves, not the generation
 
 
+def _chunking_failure(store: Store, doc_id: str, version: str) -> str:
+    """An answer with a completed chunking-failure diagnosis of `doc_id`, as the diagnosis pass leaves it."""
+    question, sentence = QUESTIONS[doc_id]
+    answer = store.queries.record_answer(session_id="s", question=question, answer_text="?", pipeline_version=version)
+    store.diagnoses.open(answer.answer_id, reasons=["correction"], collection="kb")
+    evidence = {"kind": "chunking", "doc_id": doc_id, "sentence": sentence, "chunk_ids": ["a", "b"]}
+    store.diagnoses.complete(
+        answer.answer_id,
+        failure_mode="chunking_failure",
+        confidence=0.9,
+        evidence=evidence,
+        actions=[],
+        rule="split",
+        diagnosis_input={"question": question},
+        collection="kb",
+        pipeline_version=version,
+    )
+    return answer.answer_id
+
+
 def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Collection, store: Store) -> None:
     """From 120, growth x1.6: at 192 one of the two sentences is found whole in a top-2 hit (gain
     0.5, interval [0, 1]: not shown), at 307 both are (interval [1, 1]): the candidate is 307.
-    Nothing is written to the collection's index."""
+    The action names one failure; the other joins from the version's pool. Nothing is written to
+    the collection's index."""
     clock = ManualClock()
     k2 = SMALL.with_overrides(retrieval={"k": 2})
-    items = [{"question": q, "sentence": s, "doc_id": d} for d, (q, s) in QUESTIONS.items()]
+    mine = _chunking_failure(store, "harbour.md", k2.version_id)
+    _chunking_failure(store, "tram.md", k2.version_id)
     action = store.improvement_actions.propose(
         ActionKind.CHUNKING_BUFFER.value,
         "chunking_buffer:kb",
-        k2.version_id,
+        f"{k2.version_id}:generation:{coll.generation()}",
         domain="kb",
-        payload={"collection": "kb", "items": items},
+        answer_ids=[mine],
+        payload={"collection": "kb"},
         priority=0.5,
     ).action
     generation = coll.generation()
@@ -124,33 +148,41 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
     trials = note.evidence["trials"]
     assert candidate.config["chunking"]["size"] == 307 and candidate.parent_version_id == k2.version_id
     assert coll.generation() == generation and not _whole(coll, SENTENCE)
+    variant = index_for(coll, PipelineConfig.model_validate(candidate.config))
+    assert isinstance(variant, IndexVariant) and variant.exists() and not variant.behind()  # built at once
+    assert _whole(variant, SENTENCE) and _whole(variant, SECOND)
     assert [(t["size"], t["qualifies"]) for t in trials] == [(192, False), (307, True)]
-    assert [(t["gain"]["before"], t["gain"]["after"], t["gain"]["lo"]) for t in trials] == [(0.0, 0.5, 0.0), (0.0, 1.0, 1.0)]
+    assert [(t["gain"]["before"], t["gain"]["after"], t["gain"]["lo"]) for t in trials] == [
+        (0.0, 0.5, 0.0),
+        (0.0, 1.0, 1.0),
+    ]
 
 
-def test_no_candidate_when_no_size_gains(coll: Collection, store: Store) -> None:
-    """One growth step (x1.05: 126) still cuts both sentences: the fit records its trial and
-    registers nothing."""
+def test_the_pool_is_the_serving_versions_and_no_size_that_cannot_gain_is_registered(
+    coll: Collection, store: Store
+) -> None:
+    """Another version's failure does not fill the buffer. One growth step (x1.05: 126) still cuts
+    both sentences: the fit records its trial and registers nothing."""
     k2 = SMALL.with_overrides(retrieval={"k": 2})
-    items = [{"question": q, "sentence": s, "doc_id": d} for d, (q, s) in QUESTIONS.items()]
+    question, sentence = QUESTIONS["harbour.md"]
     spec = ActionSpec(
         action_id="x",
         kind=ActionKind.CHUNKING_BUFFER,
         component="chunking_buffer:kb",
-        payload={"collection": "kb", "items": items},
+        payload={"collection": "kb", "items": [{"question": question, "sentence": sentence, "doc_id": "harbour.md"}]},
     )
-    ctx = context(
-        store, coll, ManualClock(), config=k2, chunking_steps=1, rechunk_growth=1.05, chunking_buffer_size=2
-    )
+    ctx = context(store, coll, ManualClock(), config=k2, chunking_steps=1, rechunk_growth=1.05, chunking_buffer_size=2)
+    _chunking_failure(store, "tram.md", "pv-other")
+    assert ChunkingBufferAction(spec).ready(ctx) == "chunking buffer 1/2 documents"
+    _chunking_failure(store, "tram.md", k2.version_id)
     action = ChunkingBufferAction(spec)
     assert action.ready(ctx) is None
     change = action.apply(ctx)
     assert change.effect is Effect.RECORD and change.candidate_version is None
     [trial] = change.notes[0].evidence["trials"]
     assert trial["size"] == 126 and not trial["qualifies"]
-    assert ChunkingBufferAction(spec).ready(context(store, coll, ManualClock(), config=k2)) == (
-        "chunking buffer 2/8 documents"
-    )
+    assert change.notes[0].evidence["documents"] == 2
+    assert not any(v.created_by == "remediation:chunking_buffer" for v in store.pipelines.list_versions())
 
 
 def test_a_preview_matches_the_variant_it_would_become(coll: Collection) -> None:

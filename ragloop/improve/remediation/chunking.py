@@ -3,8 +3,11 @@
 A per-document re-chunk fixes the document a failure named. When failures name many documents, the
 collection's chunk size is what is wrong, and fixing documents one at a time never reaches those
 no traffic has failed on yet (MTRAG-UN's degraded start: eleven kept re-chunks, held-out accuracy
-unmoved). So every chunking failure also joins this buffer (one per collection and serving version,
-like the ranking buffer), and at `chunking_buffer_size` distinct documents the fit runs:
+unmoved). So every chunking failure also proposes this action, one per collection, serving version
+and index generation; its buffer is every completed chunking diagnosis of that collection under
+the serving version (the pool grows with traffic; a re-chunk or ingest that changes the index
+makes the next failure propose a fresh fit on the grown pool). At `chunking_buffer_size` distinct
+documents the fit runs:
 
 - For each size in growing steps of the serving size (x `rechunk_growth`, `chunking_steps` of them;
   overlap `rechunk_overlap_share` of the size), the whole collection is re-chunked in memory
@@ -40,7 +43,8 @@ from ragloop.improve.remediation.measure import Delta, delta, score_hits, servin
 from ragloop.improve.types import ActionKind
 from ragloop.retrieval.collection import Collection
 from ragloop.retrieval.variants import IndexVariant, preview_variant
-from ragloop.store import Store
+from ragloop.store import DiagnosisRecord, Store
+from ragloop.store.vocabulary import DiagnosisStatus, FailureMode
 
 REFIT_ACTION = "chunking_refit"
 
@@ -60,17 +64,34 @@ class ChunkingPayload(BaseModel):
     items: tuple[ChunkingItem, ...] = ()
 
 
+POOL_LIMIT = 1000
+
+
 def items_of(store: Store, answer_ids: Sequence[str]) -> list[ChunkingItem]:
     """The (question, straddling sentence, document) of the answers' completed chunking diagnoses."""
+    return _items(store, [store.diagnoses.get(a) for a in answer_ids])
+
+
+def pooled_items(store: Store, collection: str, version: str) -> list[ChunkingItem]:
+    """Every completed chunking diagnosis of `collection` under pipeline `version` (newest first)."""
+    rows = store.diagnoses.listed(
+        status=DiagnosisStatus.COMPLETED,
+        failure_mode=FailureMode.CHUNKING_FAILURE,
+        collection=collection,
+        limit=POOL_LIMIT,
+    )
+    return _items(store, [r for r in rows if r.pipeline_version == version])
+
+
+def _items(store: Store, records: Sequence[DiagnosisRecord | None]) -> list[ChunkingItem]:
     out: list[ChunkingItem] = []
-    for answer_id in answer_ids:
-        record = store.diagnoses.get(answer_id)
+    for record in records:
         evidence = (record.evidence or {}) if record is not None else {}
         if record is None or evidence.get("kind") != "chunking" or not evidence.get("sentence"):
             continue
         question = str((record.diagnosis_input or {}).get("question") or "")
         if not question:
-            query = store.queries.query_for_answer(answer_id)
+            query = store.queries.query_for_answer(record.answer_id)
             question = query.question_text if query is not None else ""
         if question:
             out.append(ChunkingItem(question=question, sentence=evidence["sentence"], doc_id=evidence["doc_id"]))
@@ -105,7 +126,8 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
     def buffer(self, ctx: RemediationContext) -> list[ChunkingItem]:
         seen: set[tuple[str, str]] = set()
         out = []
-        for it in [*self.payload.items, *items_of(ctx.store, self.spec.answer_ids)]:
+        pool = pooled_items(ctx.store, self.payload.collection, ctx.config.version_id)
+        for it in [*self.payload.items, *items_of(ctx.store, self.spec.answer_ids), *pool]:
             if (it.question, it.sentence) not in seen:
                 seen.add((it.question, it.sentence))
                 out.append(it)
@@ -159,6 +181,9 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
                 f"chunk size {ctx.config.chunking.size} -> {best.size} "
                 f"on {len(items)} chunking failures of {p.collection}",
             )
+            # built now, from the vectors the preview just embedded (the embedding cache), so the
+            # golden check and the experiment's first request do not wait for it
+            IndexVariant(primary, cfg).sync()
         note = AuditNote(
             action_type=REFIT_ACTION,
             evidence={
