@@ -99,9 +99,10 @@ def test_the_variant_follows_every_change_of_the_primary(coll: Collection, tmp_p
     assert variant.load().manifest.generation == generation  # same chunks: the marker moves, not the generation
 
 
-def _chunking_failure(store: Store, doc_id: str, version: str) -> str:
+def _chunking_failure(store: Store, doc_id: str, version: str, question: str | None = None) -> str:
     """An answer with a completed chunking-failure diagnosis of `doc_id`, as the diagnosis pass leaves it."""
-    question, sentence = QUESTIONS[doc_id]
+    asked, sentence = QUESTIONS[doc_id]
+    question = question or asked
     answer = store.queries.record_answer(session_id="s", question=question, answer_text="?", pipeline_version=version)
     store.diagnoses.open(answer.answer_id, reasons=["correction"], collection="kb")
     evidence = {"kind": "chunking", "doc_id": doc_id, "sentence": sentence, "chunk_ids": ["a", "b"]}
@@ -152,6 +153,12 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
     assert isinstance(variant, IndexVariant) and variant.exists() and not variant.behind()  # built at once
     assert _whole(variant, SENTENCE) and _whole(variant, SECOND)
     assert [(t["size"], t["qualifies"]) for t in trials] == [(192, False), (307, True)]
+    again = ActionSpec(
+        action_id="y", kind=ActionKind.CHUNKING_BUFFER, component="chunking_buffer:kb", payload={"collection": "kb"}
+    )
+    assert ChunkingBufferAction(again).ready(ctx) == "no new chunking failure since the last fit on 2"
+    _chunking_failure(store, "tram.md", k2.version_id, question="Which company built the tramway?")
+    assert ChunkingBufferAction(again).ready(ctx) is None
     assert [(t["gain"]["before"], t["gain"]["after"], t["gain"]["lo"]) for t in trials] == [
         (0.0, 0.5, 0.0),
         (0.0, 1.0, 1.0),

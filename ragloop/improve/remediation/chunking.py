@@ -98,6 +98,16 @@ def _items(store: Store, records: Sequence[DiagnosisRecord | None]) -> list[Chun
     return out
 
 
+def last_fit(store: Store, collection: str, version: str) -> int | None:
+    """How many failures the newest fit for `collection` under `version` was made on (None: none
+    yet). A fit per index generation would otherwise repeat on the same pool after every re-chunk."""
+    entries, _ = store.audit.listed(action_types=[REFIT_ACTION], limit=50)
+    for e in entries:
+        if (e.evidence or {}).get("domain") == collection and e.pipeline_version_before == version:
+            return int(e.evidence["items"])
+    return None
+
+
 @dataclass(frozen=True)
 class SizeTrial:
     size: int
@@ -134,8 +144,14 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
         return out
 
     def ready(self, ctx: RemediationContext) -> str | None:
-        n, size = len({it.doc_id for it in self.buffer(ctx)}), ctx.settings.chunking_buffer_size
-        return None if n >= size else f"chunking buffer {n}/{size} documents"
+        items = self.buffer(ctx)
+        n, size = len({it.doc_id for it in items}), ctx.settings.chunking_buffer_size
+        if n < size:
+            return f"chunking buffer {n}/{size} documents"
+        last = last_fit(ctx.store, self.payload.collection, ctx.config.version_id)
+        if last is not None and last >= len(items):
+            return f"no new chunking failure since the last fit on {last}"
+        return None
 
     def sizes(self, ctx: RemediationContext) -> list[tuple[int, int]]:
         s = ctx.settings
