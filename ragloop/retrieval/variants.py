@@ -21,6 +21,7 @@ serving version create one, and a rebuild per primary generation would become pe
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ from ragloop.retrieval.rechunk import _file_hash, _known_vectors, _source_root
 from ragloop.retrieval.store import IndexGeneration, IndexSpec, index_text
 
 PRIMARY_GENERATION = "primary_generation"
+log = logging.getLogger("ragloop.retrieval")
 
 
 def is_variant_name(name: str) -> bool:
@@ -153,6 +155,8 @@ class IndexVariant(Collection):
         super().__init__(variant_name(primary.name, self.fingerprint), primary.settings)
         self.primary = primary
         self.config = config
+        self._failed_at: str | None = None
+        """The primary generation a catch-up failed for: not retried on every read until it moves."""
 
     def behind(self) -> bool:
         if not self.exists() or self.generation() == 0:
@@ -160,8 +164,26 @@ class IndexVariant(Collection):
         return self.registry.get_state(PRIMARY_GENERATION) != str(self.primary.generation())
 
     def load(self) -> IndexGeneration:
+        """The variant's committed generation, brought level with the primary first. When it cannot
+        catch up (a source changed on disk and was not re-ingested) but has an index, that index
+        serves on, logged, rather than failing every question; a variant with none raises."""
         if self.behind():
-            self.sync()
+            target = str(self.primary.generation())
+            if self._failed_at != target:
+                try:
+                    self.sync()
+                    self._failed_at = None
+                except CollectionError as exc:
+                    if self.generation() == 0:
+                        raise
+                    self._failed_at = target
+                    log.warning(
+                        "index variant %s serves generation %d: cannot follow %s (%s)",
+                        self.name,
+                        self.generation(),
+                        self.primary.name,
+                        exc,
+                    )
         return super().load()
 
     def sync(self) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from ragloop.improve.remediation import ActionSpec, ChunkingBufferAction, Effect
 from ragloop.improve.scheduler import Outcome, Policy
 from ragloop.improve.types import ActionKind
 from ragloop.ingest.registry import DocumentOverride
-from ragloop.retrieval.collection import Collection, list_collections
+from ragloop.retrieval.collection import Collection, CollectionError, list_collections
 from ragloop.retrieval.rechunk import rechunk_document
 from ragloop.retrieval.variants import IndexVariant, index_for, preview_variant
 from ragloop.store import Store
@@ -207,3 +208,37 @@ def test_the_remediation_context_acts_on_the_serving_index(coll: Collection, sto
         assert ctx.expansion_backend("kb") is not None
     finally:
         resolver.close()
+
+
+def test_a_variant_that_cannot_catch_up_serves_its_last_index(
+    coll: Collection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """harbour.md changes on disk without a re-ingest, then the primary moves (another root's
+    ingest): the variant cannot rebuild from that source, so it serves what it has, logs why, and
+    does not try again on every read until the primary moves once more."""
+    from ragloop.retrieval import variants
+
+    variant = index_for(coll, WIDE)
+    assert isinstance(variant, IndexVariant)
+    built = variant.load().manifest.generation
+    (tmp_path / "docs" / "harbour.md").write_text("# Harbour\n\nRewritten, never re-ingested.")
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "fair.md").write_text("# Fair\n\nThe autumn fair fills the market square every October.")
+    coll.ingest([extra], SMALL)
+    calls: list[int] = []
+    real = variants._rows
+
+    def counted(*args: Any, **kwargs: Any) -> variants.VariantRows:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(variants, "_rows", counted)
+    with caplog.at_level("WARNING", logger="ragloop.retrieval"):
+        assert variant.load().manifest.generation == built and _whole(variant, SENTENCE)
+        assert variant.load().manifest.generation == built
+    assert len(calls) == 1 and "harbour.md changed or went missing" in caplog.text
+    assert variant.behind()
+    other = IndexVariant(coll, WIDE.with_overrides(chunking={"size": 400, "overlap": 0}))  # no index yet: raises
+    with pytest.raises(CollectionError, match="changed or went missing"):
+        other.load()
