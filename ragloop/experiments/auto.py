@@ -204,7 +204,8 @@ def golden_check(
     return check
 
 
-def _tried(store: Store, version_id: str) -> bool:
+def tried(store: Store, version_id: str) -> bool:
+    """The candidate has had its chance: an experiment (any status) or a refusal entry."""
     from ragloop.store.models import Experiment, ImprovementAuditLog
 
     with store.db.transaction(write=False) as s:
@@ -221,7 +222,7 @@ def pending_candidates(store: Store) -> list[PipelineVersion]:
     return [
         v
         for v in store.pipelines.list_versions(status="candidate")
-        if (v.created_by or "").startswith(SOURCE_PREFIX) and not _tried(store, v.version_id)
+        if (v.created_by or "").startswith(SOURCE_PREFIX) and not tried(store, v.version_id)
     ]
 
 

@@ -209,7 +209,8 @@ class PgStorage:
 
     def exists(self) -> bool:
         """Asked before every read of the pointer: once seen, a collection's schema is taken to
-        stay (nothing in ragloop drops one), which saves a round trip per question."""
+        stay, which saves a round trip per question. Only index variants are ever dropped, and
+        their holders reopen on the error a dropped schema raises (`IndexVariant.behind`)."""
         if not self._seen:
             with self._base.connect() as conn:
                 self._seen = conn.execute(select(func.to_regclass(f'"{self.schema}".state'))).scalar() is not None
@@ -225,6 +226,12 @@ class PgStorage:
                 yield
             finally:
                 conn.execute(select(func.pg_advisory_unlock(key)))
+
+    def drop(self) -> None:
+        with self.writer_lock(), self._base.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
+        self._registry = None
+        self._seen = False
 
     # generations ---------------------------------------------------------------------------
     def _dense_choice(self, backend: str) -> str:

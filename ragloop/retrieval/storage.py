@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import secrets
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -92,6 +93,12 @@ class CollectionStorage(Protocol):
 
     def size_bytes(self, generation: int) -> int: ...
 
+    def drop(self) -> None:
+        """Delete the whole collection, under its writer lock. Only index variants are dropped (derived
+        data, rebuilt on demand); a process still holding one notices on its next read and rebuilds
+        (`ragloop.retrieval.variants.IndexVariant.behind`)."""
+        ...
+
     def write_sources(self, conn: Connection, put: Mapping[str, bytes], drop: Iterable[str]) -> None:
         """Store uploaded source files (by registry rel) and forget others, on `conn`: the registry
         transaction that switches the generation, so sources and index change together. A backend
@@ -139,6 +146,16 @@ class FileStorage:
 
     def stage(self, generation: int, chunks: list[Chunk], vectors: np.ndarray, spec: IndexSpec) -> None:
         write_generation(self.dir, generation, chunks, vectors, spec)
+
+    def drop(self) -> None:
+        """Renamed aside under the lock (a reader sees the whole folder or none), then deleted."""
+        if not self.dir.exists():
+            return
+        self.close()
+        aside = self.dir.with_name(f".{self.dir.name}.dropped-{secrets.token_hex(4)}")
+        with self._lock():
+            self.dir.rename(aside)
+        shutil.rmtree(aside, ignore_errors=True)
 
     def discard(self, generation: int) -> None:
         shutil.rmtree(gen_dir(self.dir, generation), ignore_errors=True)

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
 
 from ragloop.config.pipeline import ChunkingConfig, PipelineConfig
+from ragloop.config.settings import Settings
 from ragloop.ingest.chunking import chunk_document
 from ragloop.ingest.loaders import load_file
 from ragloop.ingest.registry import FileRecord, RegistryTxn
@@ -39,6 +42,7 @@ from ragloop.models import make_embedder
 from ragloop.retrieval.collection import VARIANT_MARK, Collection, CollectionError, _with_source
 from ragloop.retrieval.derived import DerivedCollection
 from ragloop.retrieval.rechunk import _file_hash, _known_vectors, _source_root
+from ragloop.retrieval.storage import stored_collection_names
 from ragloop.retrieval.store import IndexGeneration, IndexSpec, index_text
 
 PRIMARY_GENERATION = "primary_generation"
@@ -159,9 +163,16 @@ class IndexVariant(Collection):
         """The primary generation a catch-up failed for: not retried on every read until it moves."""
 
     def behind(self) -> bool:
-        if not self.exists() or self.generation() == 0:
-            return True
-        return self.registry.get_state(PRIMARY_GENERATION) != str(self.primary.generation())
+        try:
+            if self.exists() and self.generation() > 0:
+                return self.registry.get_state(PRIMARY_GENERATION) != str(self.primary.generation())
+        except SQLAlchemyError:
+            pass  # dropped under a handle that took it to exist (`drop_variant`)
+        # missing (never built, or dropped): whatever this object holds of it is gone, so the rebuild
+        # opens the storage afresh and its generations, numbered anew, are not mistaken for cached ones
+        Collection.close(self)
+        self._loaded = None
+        return True
 
     def load(self) -> IndexGeneration:
         """The variant's committed generation, brought level with the primary first. When it cannot
@@ -194,7 +205,7 @@ class IndexVariant(Collection):
             target = str(self.primary.generation())
             if target == "0":
                 raise CollectionError(f"collection {self.primary.name!r} has no index yet")
-            if not self.behind():
+            if self.exists() and self.generation() and self.registry.get_state(PRIMARY_GENERATION) == target:
                 return self.generation()
             rows = _rows(self.primary, self.config, self, stack, passages=True)
             old_gen = self.generation()
@@ -230,3 +241,25 @@ class IndexVariant(Collection):
     def close(self) -> None:
         super().close()
         self.primary.close()
+
+
+def drop_variant(settings: Settings, name: str) -> None:
+    """Delete index variant `name` (derived data: rebuilt on demand if a version needs it again)."""
+    if not is_variant_name(name):
+        raise CollectionError(f"{name!r} is not an index variant: only variants are dropped here")
+    coll = Collection(name, settings)
+    try:
+        coll.storage.drop()
+    finally:
+        coll.close()
+
+
+def prune_variants(settings: Settings, collection: str, keep: Iterable[PipelineConfig]) -> list[str]:
+    """Drop `collection`'s index variants that none of `keep` (the versions that serve or may soon)
+    is served from; returns their names. Each is a second index of the whole corpus."""
+    prefix = f"{collection}{VARIANT_MARK}"
+    wanted = {variant_name(collection, c.index_fingerprint()) for c in keep}
+    dropped = sorted(n for n in stored_collection_names(settings) if n.startswith(prefix) and n not in wanted)
+    for name in dropped:
+        drop_variant(settings, name)
+    return dropped

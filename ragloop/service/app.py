@@ -238,6 +238,7 @@ def _periodic(
     from ragloop.experiments.drift import rubric_check, rubric_due
     from ragloop.experiments.golden_review import NightlyNomination
     from ragloop.experiments.golden_versions import target_mix
+    from ragloop.experiments.index_variants import prune_index_variants
     from ragloop.experiments.promotion import MaintenanceWindow
     from ragloop.experiments.regression import regression_due, run_regression
     from ragloop.experiments.runtime import build_answerer, golden_smoke_test
@@ -309,6 +310,13 @@ def _periodic(
             log.info("golden nomination: %d nominated of %d considered", len(report.nominated), report.considered)
 
     tasks.add("golden-nomination", cfg.golden_nomination_check_s, nominate)
+
+    def prune_variants() -> None:
+        dropped = prune_index_variants(store, settings, cfg.collection)
+        if dropped:
+            log.info("index variants dropped (no live version serves from them): %s", ", ".join(dropped))
+
+    tasks.add("index-variant-prune", cfg.variant_prune_interval_s, prune_variants)
     return tasks
 
 

@@ -122,6 +122,9 @@ class ServiceConfig:
     actual delta measured (`ragloop.experiments.activation_audit`); 0 turns it off."""
     activation_audit_window_s: float = 86400.0
     """The window before and after a switch whose answers that measurement compares."""
+    variant_prune_interval_s: float = 3600.0
+    """How often the index variants no live version is served from are dropped
+    (`ragloop.experiments.index_variants`); 0 turns it off."""
     regression_interval_s: float = 0.0
     """The scheduled golden-set regression run (86400 for nightly); 0 (the default) turns it off."""
     regression_webhook_url: str | None = None

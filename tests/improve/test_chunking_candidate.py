@@ -20,7 +20,8 @@ from ragloop.improve.types import ActionKind
 from ragloop.ingest.registry import DocumentOverride
 from ragloop.retrieval.collection import Collection, CollectionError, list_collections
 from ragloop.retrieval.rechunk import rechunk_document
-from ragloop.retrieval.variants import IndexVariant, index_for, preview_variant
+from ragloop.retrieval.storage import stored_collection_names
+from ragloop.retrieval.variants import IndexVariant, drop_variant, index_for, preview_variant, prune_variants
 from ragloop.store import Store
 from tests.improve.remediation_support import context
 from tests.improve.test_rechunk import DOCS, SENTENCE, SMALL, small_collection
@@ -242,3 +243,20 @@ def test_a_variant_that_cannot_catch_up_serves_its_last_index(
     other = IndexVariant(coll, WIDE.with_overrides(chunking={"size": 400, "overlap": 0}))  # no index yet: raises
     with pytest.raises(CollectionError, match="changed or went missing"):
         other.load()
+
+
+def test_a_dropped_variant_is_rebuilt_by_a_process_that_still_holds_it(coll: Collection) -> None:
+    """Pruning keeps what a live version serves from; a variant dropped under a handle that loaded
+    it (a serving agent) is noticed on that handle's next read and rebuilt, numbered anew."""
+    holder = index_for(coll, WIDE)
+    assert isinstance(holder, IndexVariant)
+    first = [c.chunk_id for c in holder.load().chunks]
+    assert prune_variants(coll.settings, "kb", [WIDE, SMALL]) == []
+    assert prune_variants(coll.settings, "kb", [SMALL]) == [holder.name]
+    assert holder.name not in stored_collection_names(coll.settings)
+    again = holder.load()
+    assert [c.chunk_id for c in again.chunks] == first and again.manifest.generation == 1
+    assert holder.name in stored_collection_names(coll.settings) and coll.generation() == 1
+    with pytest.raises(CollectionError, match="not an index variant"):
+        drop_variant(coll.settings, "kb")
+    assert coll.exists()
