@@ -81,7 +81,6 @@ class VariantRows:
     vectors: np.ndarray
     records: dict[str, FileRecord]
     chunking: ChunkingConfig
-    embedded: int
 
 
 def _rows(
@@ -134,7 +133,7 @@ def _rows(
             )
     dim = embedder.dim
     vectors = np.stack([known[t] for t in texts]).astype(np.float32) if texts else np.zeros((0, dim), np.float32)
-    return VariantRows(chunks, vectors, records, chunking, len(missing))
+    return VariantRows(chunks, vectors, records, chunking)
 
 
 def preview_variant(primary: Collection, config: PipelineConfig) -> DerivedCollection:
@@ -164,7 +163,7 @@ class IndexVariant(Collection):
 
     def behind(self) -> bool:
         try:
-            if self.exists() and self.generation() > 0:
+            if self.generation() > 0:  # 0 when it does not exist
                 return self.registry.get_state(PRIMARY_GENERATION) != str(self.primary.generation())
         except SQLAlchemyError:
             pass  # dropped under a handle that took it to exist (`drop_variant`)
@@ -205,7 +204,7 @@ class IndexVariant(Collection):
             target = str(self.primary.generation())
             if target == "0":
                 raise CollectionError(f"collection {self.primary.name!r} has no index yet")
-            if self.exists() and self.generation() and self.registry.get_state(PRIMARY_GENERATION) == target:
+            if self.generation() and self.registry.get_state(PRIMARY_GENERATION) == target:
                 return self.generation()
             rows = _rows(self.primary, self.config, self, stack, passages=True)
             old_gen = self.generation()
