@@ -23,8 +23,8 @@ experiments) does at most one of:
      correctness, document recall, refusals: `regression.GATES`; answer F1 is reported, not a gate)
      regresses by the nightly regression's own rule (`regression.compare_paired`: a relative drop
      > 2% *and* a paired 95% interval below 0), or when correct refusal of the unanswerable entries
-     is not shown non-inferior (`regression.NONINFERIOR`: the interval's lower end below -2% of the
-     current version's rate). Refused → audited (`auto_experiment_refused`), never tried again;
+     is likely worse (`regression.HARM_GUARDED`: the one-sided 90% upper bound below 0).
+     Refused → audited (`auto_experiment_refused`), never tried again;
    - passed, and the candidate's gain was already measured (`off_policy`, on by default: a τL raise
      or a retrieval refit on labelled traffic, an answer-graph variant by its golden trial) →
      **promoted** directly in the maintenance window (`via=remediation`, audited with that evidence
@@ -75,7 +75,7 @@ from ragloop.experiments.registry import (
 )
 from ragloop.experiments.regression import (
     GATES,
-    NONINFERIOR,
+    HARM_GUARDED,
     THRESHOLD,
     Answerer,
     compare_paired,
@@ -190,13 +190,13 @@ def golden_check(
             if (c := compare_paired(m, scored[current].get(m, {}), scored[candidate].get(m, {}), threshold)) is not None
         ]
         regressed = [c.metric for c in comparisons if c.regressed]
-        unproven = [c.metric for c in comparisons if c.metric in NONINFERIOR and not c.noninferior(threshold)]
+        harmed = [c.metric for c in comparisons if c.metric in HARM_GUARDED and c.likely_worse()]
         return GoldenVerdict(
-            not regressed and not unproven,
+            not regressed and not harmed,
             {
                 "entries": len(entries),
                 "regressed": regressed,
-                "not_shown_noninferior": unproven,
+                "likely_worse": harmed,
                 "metrics": [c.to_json() for c in comparisons],
             },
         )

@@ -43,6 +43,17 @@ and answer correctness gates, the candidate answering). Such a candidate goes cu
 check when it changes only retrieval's mode, fusion, rerank weight or k, was built on the current
 version, every changed part's interval in its `ranking_refit` entry lies above 0, and k only rises.
 
+**Chunking candidates** (`ragloop.improve.remediation.chunking`: a larger chunk size for a whole
+collection) are the retrieval refit's case on the index: the fit re-chunked the collection in memory
+and replayed every pooled chunking failure against it with the serving retriever, and the chosen
+size's paired bootstrap gain interval (whether a top-k hit now holds the failure's supporting
+sentence whole) lies above 0 at 95% Bonferroni-corrected for the sizes tried. It sees failures only;
+what a larger chunk does to the questions that were answered right, and to those that should be
+refused, is what the golden check measures end to end, answering from the candidate's own index
+variant. Such a candidate goes current on the golden check when it changes only the chunk size and
+overlap, was built on the current version, the size grows, and the fit that registered it qualified
+that size.
+
 **Answer-graph candidates** (`ragloop.improve.remediation.prompts`: a prompt variant, knowledge
 refinement on/off, the answer's sentence cap) were measured end to end by their trial: every variant
 and the serving config answered the same working golden entries, and the chosen variant's paired
@@ -86,6 +97,9 @@ ANSWER_KEYS = frozenset({("agent", "prompt_version"), ("agent", "refine"), ("age
 CHECK_ACTION = "answer_check_fit"
 """The audit entry of the answer-check fit (`ragloop.improve.remediation.answer_check`), evidence `fit`."""
 CHECK_KEYS = frozenset({("agent", "tau_answer"), ("agent", "scorers", "answer_check")})
+CHUNKING_ACTION = "chunking_refit"
+"""The audit entry of the chunking fit (`ragloop.improve.remediation.chunking`), evidence `trials`."""
+CHUNKING_KEYS = frozenset({("chunking", "size"), ("chunking", "overlap")})
 
 
 def _paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -187,14 +201,39 @@ def trial_evidence(
     }
 
 
+def chunking_evidence(
+    store: Store, current: PipelineVersion, candidate: PipelineVersion, diff: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The chunking fit's evidence that lets `candidate` skip the live experiment, or None: it changes
+    only the chunk size (and its overlap), was built on `current`, the size grows, and the fit that
+    registered it tried that size with its (Bonferroni-corrected) gain interval above 0."""
+    entry = _entry_for(store, current, candidate, _paths(diff) if diff else set(), CHUNKING_KEYS, CHUNKING_ACTION)
+    if entry is None:
+        return None
+    log_id, evidence = entry
+    size_now = ((current.config or {}).get("chunking") or {}).get("size")
+    chunking = diff.get("chunking") or {}
+    size_new = chunking.get("size", size_now)
+    trial = next((t for t in evidence.get("trials") or [] if t.get("size") == size_new), None)
+    if not (isinstance(size_now, int) and isinstance(size_new, int) and size_new > size_now and trial):
+        return None
+    if "overlap" in chunking and trial.get("overlap") != chunking["overlap"]:
+        return None
+    if not _lower_bound(trial, "gain") > 0.0:
+        return None
+    keep = ("items", "documents", "alpha", "serving")
+    return {"route": "chunking_fit", "refit_log_id": log_id, "trial": trial, **{k: evidence.get(k) for k in keep}}
+
+
 def off_policy_evidence(
     store: Store, current: PipelineVersion, candidate: PipelineVersion, diff: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """The measured evidence that lets `candidate` skip the live experiment, or None. `diff`: the
     candidate's changes against `current` (`auto.changes`). A τL candidate needs: built on `current`,
     changes only τL / τU, raises τL, and its refit says the gain's 95% lower bound is above 0 on
-    outcomes the labels give, in sample and cross-fitted (`fit.off_policy`, `fit.cv_lo`); retrieval
-    and answer-graph candidates: see `retrieval_evidence` and `trial_evidence`."""
+    outcomes the labels give, in sample and cross-fitted (`fit.off_policy`, `fit.cv_lo`); retrieval,
+    chunking and answer-graph candidates: see `retrieval_evidence`, `chunking_evidence` and
+    `trial_evidence`."""
     paths = _paths(diff) if diff else set()
     if paths and paths <= ANSWER_KEYS:
         return trial_evidence(store, current, candidate, diff)
@@ -213,6 +252,8 @@ def off_policy_evidence(
             "answer_check",
             serving=lambda evidence: serving.get(evidence.get("scorer"), 0.0),
         )
+    if paths and paths <= CHUNKING_KEYS:
+        return chunking_evidence(store, current, candidate, diff)
     if paths and not paths & GATE_KEYS:
         return retrieval_evidence(store, current, candidate, diff)
     tau_lower = agent.get("tau_lower", math.nan)

@@ -60,15 +60,24 @@ METRICS = ("answer_correct", "answer_f1", "doc_recall", "refusal_correct", "corr
 """Scored and reported per entry."""
 GATES = ("answer_correct", "doc_recall", "refusal_correct", "correct_refusal")
 """The metrics whose regression fails a run (the nightly regression, the auto-experiment golden check)."""
-NONINFERIOR = ("correct_refusal",)
-"""Gates a *candidate* must also be shown not worse on before it may go current (the golden check,
-`auto.golden_check`): the interval's lower end may not lie below -threshold x the current version's
-mean. The burden of proof is the candidate's there, and the regression's when a rollback is at stake.
-Why only correct refusal: the other gates are net scores in which a candidate's gains may pay for
-its losses (`answer_correct` counts a refusal of an answerable question wrong), while nothing else
-speaks for the unanswerable questions. Measured: a retrieval refit went current with correct
-refusal -8.6 pt [-17.4, +0.3] on 70 unanswerable golden entries (no significant drop) and lost 6.0
-pt [-11.3, -0.6] held out (`self_improvement-whole.md`, squad-degraded)."""
+HARM_GUARDED = ("correct_refusal",)
+"""Gates on which a *candidate* is refused on weaker evidence of harm than the regression's (the
+golden check, `auto.golden_check`): when the one-sided `HARM_ALPHA` bound says the candidate is
+worse (the upper end of the two-sided 80% interval below 0). The regression rule (a 95% interval
+below 0) leaves a rollback's burden of proof on the regression; here the candidate gets less benefit
+of the doubt. Why only correct refusal: the other gates are net scores in which a candidate's gains
+may pay for its losses (`answer_correct` counts a refusal of an answerable question wrong), while
+nothing else speaks for the unanswerable questions. Measured: a retrieval refit went current with
+correct refusal -8.6 pt [-17.4, +0.3] on 70 unanswerable golden entries (no significant drop) and
+lost 6.0 pt [-11.3, -0.6] held out (`self_improvement-whole.md`, squad-degraded); this rule refuses it.
+Why not non-inferiority (stop 25 to 29: the interval's lower end above -2% of the current rate): a
+golden set holds tens of unanswerable entries (35 in MTRAG-UN's), where every entry is 2.9 pt and a
+candidate that flips any refusal either way cannot show a bound of -1.5 pt; the rule refused every
+candidate that touched retrieval, among them a chunk size with answer accuracy +6.5 pt [+1.1, +12.0]
+and correct refusal +2.9 pt [-14.8, +20.5] (5 entries better, 4 worse;
+`self_improvement-mtrag-degraded-chunking.md`). A demand the data cannot meet is a veto, not a test."""
+HARM_ALPHA = 0.10
+"""One-sided: a candidate more than 90% likely worse is refused."""
 
 
 @dataclass(frozen=True)
@@ -127,10 +136,11 @@ class MetricComparison:
     """Entries the current run scored lower than the baseline: with 0/1 scores an interval alone
     does not say whether 0.0 [-11.8, +11.8] is two entries lost and two gained or a wash of many."""
     better: int
+    std_error: float
 
-    def noninferior(self, threshold: float = THRESHOLD) -> bool:
-        """The interval rules out a drop of more than `threshold` x the baseline mean."""
-        return self.ci95[0] >= -threshold * abs(self.baseline_mean)
+    def likely_worse(self, alpha: float = HARM_ALPHA) -> bool:
+        """The one-sided (1 - alpha) upper bound of the difference lies below 0."""
+        return self.n > 1 and self.difference + t_critical(2 * alpha, self.n - 1) * self.std_error < 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,6 +154,7 @@ class MetricComparison:
             "regressed": self.regressed,
             "worse": self.worse,
             "better": self.better,
+            "std_error": round(self.std_error, 6),
         }
 
 
@@ -159,7 +170,8 @@ def compare_paired(
     d = c - b
     mean = float(d.mean())
     sd = float(d.std(ddof=1))
-    half = t_critical(0.05, len(common) - 1) * sd / math.sqrt(len(common))
+    se = sd / math.sqrt(len(common))
+    half = t_critical(0.05, len(common) - 1) * se
     lo, hi = mean - half, mean + half
     base = float(b.mean())
     relative = mean / base if base else (0.0 if mean == 0 else -math.inf if mean < 0 else math.inf)
@@ -175,6 +187,7 @@ def compare_paired(
         regressed,
         int((d < 0).sum()),
         int((d > 0).sum()),
+        se,
     )
 
 

@@ -118,10 +118,11 @@ def _golden(store: Store, n: int = 12) -> list[str]:
     return questions
 
 
-def _trap_check(store: Store, traps_answered: int, falsely_refused: int) -> GoldenVerdict:
+def _trap_check(store: Store, traps_answered: int, falsely_refused: int, traps_fixed: int = 0) -> GoldenVerdict:
     """The golden check of a candidate on 20 answerable and 12 unanswerable entries: the candidate
-    answers the first `traps_answered` traps the current version refused, and the current version
-    refuses the first `falsely_refused` answerable entries the candidate answers right."""
+    answers the first `traps_answered` traps the current version refused, refuses the last
+    `traps_fixed` traps the current version answered, and the current version refuses the first
+    `falsely_refused` answerable entries the candidate answers right."""
     current = _current(store)
     cand = _candidate(store, current, {"retrieval": {"k": 8}}, kind="ranking_refit")
     answerable = _golden(store, 20)
@@ -132,8 +133,11 @@ def _trap_check(store: Store, traps_answered: int, falsely_refused: int) -> Gold
     def answerer_for(version: str):
         def answer(q: str) -> Answered:
             if q in traps:
-                lost = version == cand and traps.index(q) < traps_answered
-                return Answered("gadgets are worth it", [], False) if lost else Answered("not found", [], True)
+                i = traps.index(q)
+                lost = version == cand and i < traps_answered
+                unfixed = version == current and i >= len(traps) - traps_fixed
+                answered = lost or unfixed
+                return Answered("gadgets are worth it", [], False) if answered else Answered("not found", [], True)
             i = answerable.index(q)
             if version == current and i < falsely_refused:
                 return Answered("not found", [], True)
@@ -158,15 +162,24 @@ def test_the_golden_check_refuses_a_candidate_that_trades_correct_refusals_for_a
     assert not verdict.passed and verdict.detail["regressed"] == ["correct_refusal"]
 
 
-@pytest.mark.parametrize(("lost", "passed"), [(0, True), (2, False)])
-def test_a_candidate_must_show_correct_refusal_is_not_worse(store: Store, lost: int, passed: bool) -> None:
-    """Two of 12 unanswerable entries answered is no significant drop (the nightly regression would not
-    roll back for it), but the candidate has not shown it is not worse, and only that lets it go current."""
-    verdict = _trap_check(store, traps_answered=lost, falsely_refused=0)
-    metrics = {m["metric"]: m for m in verdict.detail["metrics"]}
-    assert not metrics["correct_refusal"]["regressed"]  # never a significant drop
+@pytest.mark.parametrize(
+    ("lost", "fixed", "passed"),
+    [(0, 0, True), (2, 0, False), (1, 0, True), (4, 5, True), (5, 2, True), (6, 1, False)],
+)
+def test_a_candidate_likely_worse_on_correct_refusal_is_refused(
+    store: Store, lost: int, fixed: int, passed: bool
+) -> None:
+    """Two of 12 unanswerable entries answered (none fixed) is no significant drop, so the nightly
+    regression would not roll back for it, but the candidate is more than 90% likely worse and may not
+    go current; so is 6 lost against 1 fixed. One lost, or 5 lost against 2 fixed, is what 12 entries
+    (8.3 pt each) cannot tell from noise at that level; 4 lost against 5 fixed is a candidate no
+    worse, which demanding proof of non-inferiority at -2% refused."""
+    verdict = _trap_check(store, traps_answered=lost, falsely_refused=0, traps_fixed=fixed)
+    cr = {m["metric"]: m for m in verdict.detail["metrics"]}["correct_refusal"]
+    assert (cr["worse"], cr["better"]) == (lost, fixed)
+    assert not cr["regressed"]  # never a significant drop
     assert verdict.passed is passed and verdict.detail["regressed"] == []
-    assert verdict.detail["not_shown_noninferior"] == ([] if passed else ["correct_refusal"])
+    assert verdict.detail["likely_worse"] == ([] if passed else ["correct_refusal"])
 
 
 def test_a_candidate_worse_on_the_golden_set_is_refused_and_never_retried(store: Store, clock: FakeClock) -> None:

@@ -155,6 +155,7 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
     assert isinstance(variant, IndexVariant) and variant.exists() and not variant.behind()  # built at once
     assert _whole(variant, SENTENCE) and _whole(variant, SECOND)
     assert [(t["size"], t["qualifies"]) for t in trials] == [(192, False), (307, True)]
+    assert note.evidence["alpha"] == 0.025  # two sizes tried: each at 97.5%
     again = ActionSpec(
         action_id="y", kind=ActionKind.CHUNKING_BUFFER, component="chunking_buffer:kb", payload={"collection": "kb"}
     )

@@ -14,10 +14,14 @@ documents the fit runs:
   (`ragloop.retrieval.variants.preview_variant`) and every buffered question is scored on it with
   the serving retriever: does a top-k hit hold its supporting sentence whole (the re-chunk's target).
 - A size qualifies when the paired bootstrap interval of its gain over the serving index lies above
-  zero; the qualifying size with the largest mean gain (the smaller on a tie) becomes a *candidate*
-  pipeline version. It never serves from here: the golden check and an experiment decide, served
-  from the candidate's own index variant, because a larger chunk that helps these questions can
-  still dilute others.
+  zero, at 95% Bonferroni-corrected for the sizes tried (picking the best of four is paid for); the
+  qualifying size with the largest mean gain (the smaller on a tie) becomes a *candidate* pipeline
+  version. It never serves from here: it is served from its own index variant only once the golden
+  check passes it, because a larger chunk that helps these questions can still dilute others (the
+  check's answer accuracy and document recall gates) or answer what should be refused (its refusal
+  gates). Retrieval is deterministic given the index, so the fit's gain is what an experiment would
+  measure on these questions; the candidate then goes current on the golden check
+  (`ragloop.experiments.off_policy.chunking_evidence`), as a retrieval refit does.
 
 The decision, either way, is its own audit entry (`chunking_refit`) with every size's interval.
 """
@@ -47,6 +51,8 @@ from ragloop.store import DiagnosisRecord, Store
 from ragloop.store.vocabulary import DiagnosisStatus, FailureMode
 
 REFIT_ACTION = "chunking_refit"
+ALPHA = 0.05
+"""Family-wise over the sizes one fit tries."""
 
 
 class ChunkingItem(BaseModel):
@@ -179,12 +185,14 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
         serving = ctx.collections(p.collection)
         primary = serving.primary if isinstance(serving, IndexVariant) else serving  # where the sources are
         before = self.scores(ctx, items, None)
-        kw = {"resamples": ctx.settings.resamples, "seed": ctx.settings.seed}
+        sizes = self.sizes(ctx)
+        alpha = ALPHA / max(1, len(sizes))
         trials = []
-        for size, overlap in self.sizes(ctx):
+        for size, overlap in sizes:
             cfg = ctx.config.with_overrides(chunking={"size": size, "overlap": overlap})
             after = self.scores(ctx, items, preview_variant(primary, cfg))
-            trials.append(SizeTrial(size, overlap, delta(before, after, **kw)))
+            gain = delta(before, after, resamples=ctx.settings.resamples, seed=ctx.settings.seed, alpha=alpha)
+            trials.append(SizeTrial(size, overlap, gain))
         best = chosen(trials)
         candidate = None
         if best is not None:
@@ -209,6 +217,7 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
                 "documents": len({it.doc_id for it in items}),
                 "answers": len(self.spec.answer_ids),
                 "serving": {"size": ctx.config.chunking.size, "overlap": ctx.config.chunking.overlap},
+                "alpha": alpha,
                 "trials": [t.to_json() for t in trials],
                 "candidate_version": candidate,
             },

@@ -81,7 +81,8 @@ def measure(ctx: RemediationContext, group: QueryGroup, index: Collection | None
 
 @dataclass(frozen=True)
 class Delta:
-    """after - before over the group's questions, with its 95% paired bootstrap interval."""
+    """after - before over the group's questions, with its paired bootstrap interval (95% unless the
+    caller pays for picking the best of several)."""
 
     before: float
     after: float
@@ -105,13 +106,15 @@ class Delta:
         }
 
 
-def delta(before: Sequence[float], after: Sequence[float], *, resamples: int = 1000, seed: int = 20240601) -> Delta:
+def delta(
+    before: Sequence[float], after: Sequence[float], *, resamples: int = 1000, seed: int = 20240601, alpha: float = 0.05
+) -> Delta:
     if len(before) != len(after):
         raise ValueError("before and after must measure the same questions")
     n = len(before)
     if n == 0:
         return Delta(math.nan, math.nan, math.nan, math.nan, math.nan, 0)
-    diff, lo, hi = paired_bootstrap(list(before), list(after), resamples=resamples, seed=seed)
+    diff, lo, hi = paired_bootstrap(list(before), list(after), resamples=resamples, seed=seed, alpha=alpha)
     return Delta(sum(before) / n, sum(after) / n, diff, lo, hi, n)
 
 

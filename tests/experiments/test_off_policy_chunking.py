@@ -1,0 +1,84 @@
+"""A collection-wide chunk size whose fit qualified it (its Bonferroni-corrected gain interval above 0
+on the pooled chunking failures) goes current on the golden check, like a retrieval refit; one the
+fit did not qualify, a smaller size, or a candidate that changes more than chunking takes the
+experiment path, and a golden refusal keeps it off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ragloop.config import PipelineConfig
+from ragloop.experiments.auto import AutoExperimentSettings, AutoOutcome, auto_experiment_step
+from ragloop.experiments.off_policy import CHUNKING_ACTION
+from ragloop.improve.remediation.chunking import ALPHA, SizeTrial
+from ragloop.improve.remediation.measure import delta
+from ragloop.store import Store
+from tests.experiments.test_off_policy import Golden, measured_candidate
+from tests.store.conftest import FakeClock
+
+SETTINGS = AutoExperimentSettings(traffic_split=0.5, min_sample_size=30, min_duration_s=3600)
+KIND = "chunking_buffer"
+DEGRADED = PipelineConfig.model_validate({"chunking": {"size": 200, "overlap": 30}, "retrieval": {"k": 2}})
+SIZES = ((320, 48), (512, 77))
+
+
+def _trials(found_at_512: int, n: int = 20) -> list[dict[str, Any]]:
+    """The fit as `ChunkingBufferAction.apply` records it: no pooled sentence whole at 200 or 320,
+    `found_at_512` of them whole at 512."""
+    alpha = ALPHA / len(SIZES)
+    before = [0.0] * n
+    found = {320: 0, 512: found_at_512}
+    out = []
+    for size, overlap in SIZES:
+        after = [1.0] * found[size] + [0.0] * (n - found[size])
+        out.append(SizeTrial(size, overlap, delta(before, after, resamples=400, alpha=alpha)).to_json())
+    return out
+
+
+def _setup(store: Store, found: int, chunking: dict[str, int], extra: dict[str, Any] | None = None) -> tuple[str, str]:
+    cfg = DEGRADED.with_overrides(chunking=chunking, **(extra or {}))
+    evidence = {"items": 20, "documents": 12, "alpha": ALPHA / len(SIZES), "trials": _trials(found)}
+    evidence["serving"] = {"size": 200, "overlap": 30}
+    return measured_candidate(store, DEGRADED, cfg, KIND, CHUNKING_ACTION, evidence)
+
+
+def test_a_qualified_chunk_size_goes_current_on_the_golden_check(store: Store, clock: FakeClock) -> None:
+    assert _trials(15)[1]["gain"]["lo"] > 0 and _trials(15)[1]["qualifies"]
+    current, cand = _setup(store, 15, {"size": 512, "overlap": 77})
+    golden = Golden()
+    step = auto_experiment_step(store, golden, settings=SETTINGS, clock=clock)
+    assert (step.outcome, step.candidate, golden.calls) == (AutoOutcome.PROMOTED, cand, 1)
+    row = store.pipelines.current()
+    assert row is not None and row.version_id == cand and row.previous_version_id == current
+    [activated] = [e for e in store.audit.timeline(action_type="pipeline_activate") if e.pipeline_version_after == cand]
+    evidence = activated.evidence["off_policy"]
+    assert evidence["route"] == "chunking_fit" and evidence["trial"]["size"] == 512 and evidence["items"] == 20
+
+
+def test_a_golden_refusal_keeps_it_off(store: Store, clock: FakeClock) -> None:
+    current, cand = _setup(store, 15, {"size": 512, "overlap": 77})
+    step = auto_experiment_step(store, Golden(passed=False), settings=SETTINGS, clock=clock)
+    assert (step.outcome, step.candidate) == (AutoOutcome.REFUSED, cand)
+    assert store.pipelines.current().version_id == current  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("case", ["not-qualified", "size-not-tried", "other-overlap", "smaller", "more-than-chunking"])
+def test_other_chunking_candidates_take_the_experiment_path(store: Store, clock: FakeClock, case: str) -> None:
+    found, chunking, extra = 15, {"size": 512, "overlap": 77}, None
+    if case == "not-qualified":
+        found = 2  # 2 of 20 whole: the corrected interval reaches 0
+        assert _trials(found)[1]["gain"]["lo"] <= 0
+    elif case == "size-not-tried":
+        chunking = {"size": 819, "overlap": 123}
+    elif case == "other-overlap":
+        chunking = {"size": 512, "overlap": 100}
+    elif case == "smaller":
+        chunking = {"size": 120, "overlap": 18}
+    else:
+        extra = {"agent": {"refine": False}}
+    current, cand = _setup(store, found, chunking, extra)
+    step = auto_experiment_step(store, Golden(), settings=SETTINGS, clock=clock)
+    assert (step.outcome, step.candidate) == (AutoOutcome.STARTED, cand)
+    assert store.pipelines.current().version_id == current  # type: ignore[union-attr]
