@@ -37,7 +37,9 @@ def _trials(found_at_512: int, n: int = 20) -> list[dict[str, Any]]:
     return out
 
 
-def _setup(store: Store, found: int, chunking: dict[str, int], extra: dict[str, Any] | None = None) -> tuple[str, str]:
+def _setup(
+    store: Store, found: int, chunking: dict[str, object], extra: dict[str, Any] | None = None
+) -> tuple[str, str]:
     cfg = DEGRADED.with_overrides(chunking=chunking, **(extra or {}))
     evidence = {"items": 20, "documents": 12, "alpha": ALPHA / len(SIZES), "trials": _trials(found)}
     evidence["serving"] = {"size": 200, "overlap": 30}
@@ -66,7 +68,8 @@ def test_a_golden_refusal_keeps_it_off(store: Store, clock: FakeClock) -> None:
 
 @pytest.mark.parametrize("case", ["not-qualified", "size-not-tried", "other-overlap", "smaller", "more-than-chunking"])
 def test_other_chunking_candidates_take_the_experiment_path(store: Store, clock: FakeClock, case: str) -> None:
-    found, chunking, extra = 15, {"size": 512, "overlap": 77}, None
+    found, extra = 15, None
+    chunking: dict[str, object] = {"size": 512, "overlap": 77}
     if case == "not-qualified":
         found = 2  # 2 of 20 whole: the corrected interval reaches 0
         assert _trials(found)[1]["gain"]["lo"] <= 0
