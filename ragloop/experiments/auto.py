@@ -307,6 +307,13 @@ def _end_if_decided(
     return AutoStep(AutoOutcome.ENDED, live.treatment_version, live.experiment_id, detail)
 
 
+def _shut(window: MaintenanceWindow | None, clock: Clock, cand: PipelineVersion) -> AutoStep | None:
+    """An off-policy promotion waits for the maintenance window."""
+    if window is None or window.is_open(clock()):
+        return None
+    return AutoStep(AutoOutcome.AWAITING_WINDOW, cand.version_id, detail={"window": str(window)})
+
+
 def _off_policy(store: Store, current: PipelineVersion, cand: PipelineVersion) -> dict[str, Any] | None:
     diff = changes(PipelineConfig.model_validate(current.config), PipelineConfig.model_validate(cand.config))
     return off_policy_evidence(store, current, cand, diff)
@@ -317,6 +324,7 @@ _MEASURED = {
     "retrieval_refit": "cross-fitted retrieval gain on diagnosed traffic",
     "answer_trial": "golden-trial correctness gain",
     "answer_check": "off-policy gain of the answer check on labelled traffic",
+    "chunking_fit": "chunk size's gain on pooled chunking failures",
 }
 
 
@@ -376,14 +384,19 @@ def auto_experiment_step(
             waiting.append(cand.version_id)
             continue
         off = _off_policy(store, current, cand) if settings.off_policy else None
-        if off is not None and window is not None and not window.is_open(clock()):
-            return AutoStep(AutoOutcome.AWAITING_WINDOW, cand.version_id, detail={"window": str(window)})
+        if off is not None and (shut := _shut(window, clock, cand)) is not None:
+            return shut
         verdict = golden(current.version_id, cand.version_id)
         if not verdict.passed:
             _refuse(store, current.version_id, cand, "golden-set check failed", {"golden": verdict.detail})
             return AutoStep(AutoOutcome.REFUSED, cand.version_id, detail={"golden": verdict.detail})
+        if off is None and settings.off_policy:
+            # a remediation registers its candidate before the scheduler commits the entry with its
+            # measurement; a check that began in between must not send a measured candidate to an
+            # experiment it cannot win
+            off = _off_policy(store, current, cand)
         if off is not None:
-            return _promote_off_policy(store, current, cand, off, verdict, actor)
+            return _shut(window, clock, cand) or _promote_off_policy(store, current, cand, off, verdict, actor)
         spec = settings.spec(f"auto: {cand.created_by} {cand.version_id}", current.version_id, cand.version_id)
         try:
             exp = create_experiment(store, spec, actor=actor, clock=clock)

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from ragloop.config import PipelineConfig
-from ragloop.experiments.auto import AutoExperimentSettings, AutoOutcome, auto_experiment_step
+from ragloop.experiments.auto import AutoExperimentSettings, AutoOutcome, GoldenVerdict, auto_experiment_step
 from ragloop.experiments.off_policy import CHUNKING_ACTION
+from ragloop.experiments.registry import running_experiment
 from ragloop.improve.remediation.chunking import ALPHA, SizeTrial
 from ragloop.improve.remediation.measure import delta
 from ragloop.store import Store
@@ -85,3 +86,32 @@ def test_other_chunking_candidates_take_the_experiment_path(store: Store, clock:
     step = auto_experiment_step(store, Golden(), settings=SETTINGS, clock=clock)
     assert (step.outcome, step.candidate) == (AutoOutcome.STARTED, cand)
     assert store.pipelines.current().version_id == current  # type: ignore[union-attr]
+
+
+def test_evidence_committed_while_the_golden_check_runs_still_counts(store: Store, clock: FakeClock) -> None:
+    """A remediation registers its candidate before the scheduler commits the entry with its
+    measurement; an auto step that picked the candidate up in between promotes it once the check has
+    run, instead of starting an experiment the measured candidate cannot win."""
+    current = store.pipelines.register_config(DEGRADED)
+    store.pipelines.activate(current.version_id, reason="test")
+    cfg = DEGRADED.with_overrides(chunking={"size": 512, "overlap": 77})
+    cand = store.pipelines.register_config(
+        cfg, parent_version_id=current.version_id, created_by=f"remediation:{KIND}", description=KIND
+    ).version_id
+    evidence = {"domain": "kb", "items": 20, "alpha": ALPHA / len(SIZES), "trials": _trials(15)}
+
+    class LateEvidence(Golden):
+        def __call__(self, current: str, candidate: str) -> GoldenVerdict:
+            store.audit.record(
+                CHUNKING_ACTION,
+                triggered_by="action:test",
+                actor="scheduler",
+                evidence=evidence,
+                pipeline_version_before=current,
+                pipeline_version_after=candidate,
+            )
+            return super().__call__(current, candidate)
+
+    step = auto_experiment_step(store, LateEvidence(), settings=SETTINGS, clock=clock)
+    assert (step.outcome, step.candidate) == (AutoOutcome.PROMOTED, cand)
+    assert running_experiment(store) is None

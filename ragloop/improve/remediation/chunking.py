@@ -198,7 +198,11 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
         if best is not None:
             cfg = ctx.config.with_overrides(chunking={"size": best.size, "overlap": best.overlap})
             cfg = cfg.model_copy(update={"name": f"{ctx.config.name}+chunking-{best.size}-{p.collection}"})
-            known = ctx.store.pipelines.get(cfg.version_id) is not None
+            if ctx.store.pipelines.get(cfg.version_id) is None:
+                # a new candidate's index is built now, from the vectors the preview just embedded
+                # (the embedding cache), so its golden check and first request do not wait; and
+                # before it is registered, since the auto-experiment step may pick it up at once
+                IndexVariant(primary, cfg).sync()
             candidate = register_candidate(
                 ctx,
                 cfg,
@@ -206,9 +210,6 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
                 f"chunk size {ctx.config.chunking.size} -> {best.size} "
                 f"on {len(items)} chunking failures of {p.collection}",
             )
-            if not known:  # a new candidate's index is built now, from the vectors the preview just
-                # embedded (the embedding cache), so its golden check and first request do not wait
-                IndexVariant(primary, cfg).sync()
         note = AuditNote(
             action_type=REFIT_ACTION,
             evidence={
