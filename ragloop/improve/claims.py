@@ -7,11 +7,13 @@
   (expansion entries of different query groups share `expansion_cache:<collection>`).
   `ImprovementActions.claim_next` takes the best due action but counts only scheduled ones as
   busy, and cannot be asked for a particular row.
+- `extend_action`: pushes a scheduled action's lease forward while its claimer still holds it, so an
+  apply that outlasts one lease (a collection-wide chunking fit) is not redone by another scheduler.
 - `claim_audit`: moves an applied action's `audit_due_at` forward by a lease, conditional on the
   value read, so two auditors never measure (and revert) one action twice.
 
-Both are one conditional UPDATE (rowcount 1 = ours) under the repository's claim lock, so they
-serialise with `claim_next`. They belong in the repository; they live here until it has them.
+Each is one conditional UPDATE (rowcount 1 = ours); the two claims take the repository's claim lock,
+so they serialise with `claim_next`. They belong in the repository; they live here until it has them.
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ def claim_action(
                 attempts=A.attempts + 1,
                 updated_at=now,
             )
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def extend_action(store: Store, action_id: str, claimer: str, now: datetime, lease_s: float) -> bool:
+    with store.db.transaction() as s:
+        result = s.execute(
+            update(ACTIONS)
+            .where(A.action_id == action_id, A.status == "scheduled", A.claimed_by == claimer)
+            .values(lease_expires_at=now + on_clock(CONFIGURED_CLOCK, lease_s))
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 

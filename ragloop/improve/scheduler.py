@@ -31,15 +31,17 @@ diagnosis promises.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ragloop.improve.claims import claim_action
+from ragloop.improve.claims import claim_action, extend_action
 from ragloop.improve.clock import day_start
 from ragloop.improve.recalibration import state as tier1_state
 from ragloop.improve.remediation import (
@@ -270,16 +272,17 @@ class Scheduler:
             self.actions.mark_failed(spec.action_id, f"invalid payload: {exc}", claimer=self.worker)
             return self._result(spec, Outcome.FAILED, "invalid payload")
         try:
-            group = remediation.group(ctx) if remediation.effect is Effect.DIRECT else None
-            baseline = measure(ctx, group) if group is not None else None
-            previewed = self._preview(remediation, group, baseline)
-            if previewed is not None and not previewed.hi > 0:
-                return self._reject(
-                    spec,
-                    f"preview: target recall {previewed.before:.3f} -> {previewed.after:.3f} on {previewed.n} "
-                    f"queries [{previewed.lo:+.3f}, {previewed.hi:+.3f}]: the change cannot gain",
-                )
-            change = remediation.apply(ctx)
+            with self._holding(spec.action_id):
+                group = remediation.group(ctx) if remediation.effect is Effect.DIRECT else None
+                baseline = measure(ctx, group) if group is not None else None
+                previewed = self._preview(remediation, group, baseline)
+                if previewed is not None and not previewed.hi > 0:
+                    return self._reject(
+                        spec,
+                        f"preview: target recall {previewed.before:.3f} -> {previewed.after:.3f} on {previewed.n} "
+                        f"queries [{previewed.lo:+.3f}, {previewed.hi:+.3f}]: the change cannot gain",
+                    )
+                change = remediation.apply(ctx)
         except Exception as exc:  # the previous state still serves (each apply is atomic)
             retry = attempts < self.policy.max_attempts
             self.actions.mark_failed(spec.action_id, f"{type(exc).__name__}: {exc}", claimer=self.worker, retry=retry)
@@ -297,6 +300,26 @@ class Scheduler:
                 spec, Outcome.CLAIMED_ELSEWHERE, f"not recorded, change undone: {type(exc).__name__}: {exc}"
             )
         return self._result(spec, Outcome.APPLIED, change.summary, log_id, change.candidate_version)
+
+    @contextlib.contextmanager
+    def _holding(self, action_id: str) -> Iterator[None]:
+        """Keeps this claim's lease fresh while the action is measured and applied: a chunking fit
+        can outlast a lease (minutes of embedding on 2 busy cores), and another scheduler must not
+        take the action over and redo it meanwhile."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.policy.lease_s / 3):
+                with contextlib.suppress(Exception):  # a store blip: the next beat tries again
+                    extend_action(self.ctx.store, action_id, self.worker, self.ctx.clock.now(), self.policy.lease_s)
+
+        beating = threading.Thread(target=beat, name=f"lease {action_id}", daemon=True)
+        beating.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beating.join()
 
     def _preview(
         self, remediation: Remediation[Any], group: QueryGroup | None, baseline: GroupMeasurement | None

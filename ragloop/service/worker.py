@@ -5,9 +5,10 @@ What is computed and written for a job (tiers, routing, failed evaluations, dead
 the capped review intake, failure diagnosis, remediation) lives in `ragloop.improve`; this module only
 runs it: claiming due jobs of the tiers the evaluator (and, when given one, the `DiagnosisEngine`)
 can process, extending the lease while a job runs, sweeping dead letters, choosing the review intake
-and selecting answers to diagnose now and then, a remediation pass after diagnoses and at each sweep,
-waking on `notify()`, stopping cleanly, a thread with its own event loop for the server's embedded
-worker, and the Prometheus counts.
+and selecting answers to diagnose now and then, a remediation pass after diagnoses and at each sweep
+(in the background: a pass can fit a collection-wide chunk size for minutes, and the queue must not
+wait on it; one pass at a time), waking on `notify()`, stopping cleanly, a thread with its own event
+loop for the server's embedded worker, and the Prometheus counts.
 
 One worker runs in a thread inside `ragloop serve` (the embedded default); `ragloop worker`
 processes run the same loop for scale.
@@ -94,6 +95,8 @@ class EvaluationWorker:
         self.remediation = remediation
         self._remediation_due = remediation is not None
         self._last_remediation = -1e18
+        self._pass: asyncio.Task[Any] | None = None
+        """The remediation pass in flight, if any: jobs go on being claimed while it runs."""
         self.config = config
         self.tier1_cache = tier1_cache if tier1_cache is not None else make_tier1_cache(config.redis_url)
         self.evaluator = OnlineEvaluator(
@@ -146,9 +149,10 @@ class EvaluationWorker:
                     await self._guarded(self.diagnosis.sweep_dead)
                     await self._guarded(lambda: asyncio.to_thread(self.diagnosis.select) if self.diagnosis else None)
                 self._remediation_due = self.remediation is not None
-            if self._remediation_due and self.clock() - self._last_remediation >= REMEDIATE_MIN_S:
+            idle = self._pass is None or self._pass.done()
+            if self._remediation_due and idle and self.clock() - self._last_remediation >= REMEDIATE_MIN_S:
                 self._remediation_due, self._last_remediation = False, self.clock()
-                await self._guarded(self._remediate)
+                self._pass = asyncio.create_task(self._guarded(self._remediate))
             result = await self._guarded(self.run_once)
             if isinstance(result, Processed):
                 done += 1
@@ -156,10 +160,15 @@ class EvaluationWorker:
                     break
                 continue
             if drain and result is None:
+                if self._pass is not None and not self._pass.done():
+                    await self._pass  # drained means its pass is done too (it may have queued work)
+                    continue
                 break
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.poll_interval_s)
+        if self._pass is not None:
+            await self._pass  # its thread cannot be cancelled: stopping waits for it rather than leave it running
         log.info("evaluation worker %s stopped after %d jobs", self.worker_id, done)
         return done
 

@@ -3,11 +3,15 @@ evidence thresholds, user-reported first, the audit entry of each application, f
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from ragloop.improve.claims import claim_action
 from ragloop.improve.clock import ManualClock
-from ragloop.improve.remediation import AppliedChange, RegistryExpansionBackend
-from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy, Scheduler, ScheduleResult
+from ragloop.improve.remediation import REMEDIATIONS, AppliedChange, RegistryExpansionBackend, RemediationContext
+from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy, Scheduler, ScheduleResult, conflict_key
+from ragloop.improve.types import ActionKind
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
 from tests.improve.remediation_support import QUESTION, chunk_of, context, propose_expansion, propose_rechunk
@@ -131,3 +135,27 @@ def test_a_failing_apply_is_retried_then_fails_and_changes_nothing(
     assert row is not None and row.status == "failed" and "none of the oracle chunks" in (row.error or "")
     assert RegistryExpansionBackend(coll.registry).entries() == []
     assert store.audit.timeline(action_type="remediation:expansion_cache") == []
+
+
+def test_an_apply_that_outlasts_its_lease_keeps_its_claim(
+    store: Store, coll: Collection, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunking fit can run for minutes: while it runs, its lease is renewed, so another scheduler
+    cannot take the action over and apply it a second time."""
+    action = propose_expansion(store, coll, QUESTION, [chunk_of(coll, "ferry.md")])
+    cls = REMEDIATIONS[ActionKind.EXPANSION_CACHE]
+    original = cls.apply
+    taken_over: list[bool] = []
+
+    def slow_apply(self: object, ctx: RemediationContext) -> AppliedChange:
+        clock.advance(3600)  # far past the 0.3 s lease the claim was taken with
+        time.sleep(0.5)  # wall time: the heartbeat's beats
+        taken_over.append(claim_action(store, action.action_id, "other", clock.now(), 600.0, conflict_key))
+        return original(self, ctx)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cls, "apply", slow_apply)
+    sched = Scheduler(context(store, coll, clock, paraphrases=False), Policy(lease_s=0.3))
+    assert [r.outcome for r in sched.run()] == [Outcome.APPLIED]
+    assert taken_over == [False]
+    row = store.improvement_actions.get(action.action_id)
+    assert row is not None and row.status == "applied" and row.claimed_by == sched.worker and row.attempts == 1

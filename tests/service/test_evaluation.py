@@ -4,6 +4,7 @@ judge failures retried then recorded, dead letters swept, human review, graceful
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -108,6 +109,35 @@ async def test_embedded_worker_evaluates_in_the_background(collection: Collectio
             raise AssertionError("the embedded worker did not evaluate the answers")
         metrics = (await c.get("/metrics", headers=keys.a)).text
         assert 'ragloop_evaluations_total{status="completed",tier="heuristic"}' in metrics
+
+
+async def test_a_long_remediation_pass_does_not_hold_the_queue(collection: Collection, store: Store) -> None:
+    """A pass can fit a collection-wide chunk size for minutes: the queue is worked while it runs,
+    and a drained worker has finished it."""
+    keys = make_keys(store)
+    async with running(build_app(store)) as c:
+        ids = await ask_all(c, keys.u, QUESTIONS[:3])
+    release, evaluated_meanwhile = threading.Event(), []
+
+    def evaluated() -> int:
+        return sum(("heuristic", "completed") in tiers_of(store, a) for a in ids)
+
+    def slow_pass() -> None:
+        release.wait(5)
+        evaluated_meanwhile.append(evaluated())
+
+    async def release_when_evaluated() -> None:
+        deadline = time.monotonic() + 20
+        while evaluated() < len(ids) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        release.set()
+
+    releaser = asyncio.create_task(release_when_evaluated())
+    judge = ScorerJudge(make_scorer("lexical"))
+    worker = EvaluationWorker(store, SERVICE, judge=judge, support_scorer=make_scorer("lexical"), remediation=slow_pass)
+    await worker.run(drain=True)
+    assert evaluated_meanwhile == [len(ids)]
+    await releaser
 
 
 async def test_judge_failures_are_retried_then_recorded(collection: Collection, store: Store) -> None:
