@@ -20,7 +20,7 @@ from ragloop.experiments.off_policy import REFIT_ACTION
 from ragloop.experiments.promotion import MaintenanceWindow
 from ragloop.experiments.registry import running_experiment
 from ragloop.improve.remediation.thresholds import GateSample, fit_tau_lower
-from ragloop.store import Store
+from ragloop.store import ImprovementAuditLog, Store
 from tests.store.conftest import FakeClock
 
 SETTINGS = AutoExperimentSettings(traffic_split=0.5, min_sample_size=30, min_duration_s=3600)
@@ -74,6 +74,19 @@ def measured_candidate(
     return current.version_id, cand.version_id
 
 
+def promoted_off_policy(store: Store, clock: FakeClock, current: str, cand: str) -> ImprovementAuditLog:
+    """One auto step with a passing golden check: `cand` must go current after `current` on that check
+    alone (no experiment); its activation's audit entry."""
+    golden = Golden()
+    step = auto_experiment_step(store, golden, settings=SETTINGS, clock=clock)
+    assert (step.outcome, step.candidate, golden.calls) == (AutoOutcome.PROMOTED, cand, 1)
+    row = store.pipelines.current()
+    assert row is not None and row.version_id == cand and row.promoted_via == "remediation"
+    assert row.previous_version_id == current
+    [activated] = [e for e in store.audit.timeline(action_type="pipeline_activate") if e.pipeline_version_after == cand]
+    return activated
+
+
 def _setup(
     store: Store, samples: list[GateSample], extra: dict[str, dict[str, object]] | None = None
 ) -> tuple[str, str]:
@@ -86,14 +99,7 @@ def _setup(
 
 
 def test_a_measured_raise_goes_current_on_the_golden_check(store: Store, clock: FakeClock) -> None:
-    current, cand = _setup(store, _raise_samples())
-    golden = Golden()
-    step = auto_experiment_step(store, golden, settings=SETTINGS, clock=clock)
-    assert (step.outcome, step.candidate, golden.calls) == (AutoOutcome.PROMOTED, cand, 1)
-    row = store.pipelines.current()
-    assert row is not None and row.version_id == cand and row.promoted_via == "remediation"
-    assert row.previous_version_id == current
-    [activated] = [e for e in store.audit.timeline(action_type="pipeline_activate") if e.pipeline_version_after == cand]
+    activated = promoted_off_policy(store, clock, *_setup(store, _raise_samples()))
     assert activated.evidence["off_policy"]["fit"]["direction"] == "raise"
     assert activated.evidence["golden"]["entries"] == 32
     # the golden check's measured gain is the switch's expected delta (the activation audit's "expected")
@@ -105,7 +111,7 @@ def test_a_measured_raise_goes_current_on_the_golden_check(store: Store, clock: 
         30,
     )
     assert running_experiment(store) is None  # no experiment was needed
-    assert auto_experiment_step(store, golden, settings=SETTINGS, clock=clock).outcome is AutoOutcome.IDLE
+    assert auto_experiment_step(store, Golden(), settings=SETTINGS, clock=clock).outcome is AutoOutcome.IDLE
 
 
 def test_a_raise_refused_by_the_golden_set_never_goes_current(store: Store, clock: FakeClock) -> None:

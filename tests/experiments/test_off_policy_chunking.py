@@ -16,7 +16,7 @@ from ragloop.experiments.registry import running_experiment
 from ragloop.improve.remediation.chunking import ALPHA, SizeTrial
 from ragloop.improve.remediation.measure import delta
 from ragloop.store import Store
-from tests.experiments.test_off_policy import Golden, measured_candidate
+from tests.experiments.test_off_policy import Golden, measured_candidate, promoted_off_policy
 from tests.store.conftest import FakeClock
 
 SETTINGS = AutoExperimentSettings(traffic_split=0.5, min_sample_size=30, min_duration_s=3600)
@@ -49,13 +49,7 @@ def _setup(
 
 def test_a_qualified_chunk_size_goes_current_on_the_golden_check(store: Store, clock: FakeClock) -> None:
     assert _trials(15)[1]["gain"]["lo"] > 0 and _trials(15)[1]["qualifies"]
-    current, cand = _setup(store, 15, {"size": 512, "overlap": 77})
-    golden = Golden()
-    step = auto_experiment_step(store, golden, settings=SETTINGS, clock=clock)
-    assert (step.outcome, step.candidate, golden.calls) == (AutoOutcome.PROMOTED, cand, 1)
-    row = store.pipelines.current()
-    assert row is not None and row.version_id == cand and row.previous_version_id == current
-    [activated] = [e for e in store.audit.timeline(action_type="pipeline_activate") if e.pipeline_version_after == cand]
+    activated = promoted_off_policy(store, clock, *_setup(store, 15, {"size": 512, "overlap": 77}))
     evidence = activated.evidence["off_policy"]
     assert evidence["route"] == "chunking_fit" and evidence["trial"]["size"] == 512 and evidence["items"] == 20
 

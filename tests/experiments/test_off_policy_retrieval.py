@@ -16,7 +16,7 @@ from ragloop.experiments.off_policy import RETRIEVAL_REFIT_ACTION
 from ragloop.improve.remediation.ranking import RankingTuple, fit_fusion
 from ragloop.improve.remediation.topk import fit_top_k
 from ragloop.store import Store
-from tests.experiments.test_off_policy import Golden, measured_candidate
+from tests.experiments.test_off_policy import Golden, measured_candidate, promoted_off_policy
 from tests.store.conftest import FakeClock
 
 SETTINGS = AutoExperimentSettings(traffic_split=0.5, min_sample_size=30, min_duration_s=3600)
@@ -76,14 +76,9 @@ def _just_below_k(n: int = 30) -> dict[str, Sequence[int]]:
 def test_a_measured_larger_k_goes_current_on_the_golden_check(store: Store, clock: FakeClock) -> None:
     fit, top_k, over = _fits(_just_below_k(), 30)
     assert over == {"k": 4} and top_k["gain"]["lo"] > 0
-    current, cand = _setup(store, fit, top_k, over)
-    golden = Golden()
-    step = auto_experiment_step(store, golden, settings=SETTINGS, clock=clock)
-    assert (step.outcome, step.candidate, golden.calls) == (AutoOutcome.PROMOTED, cand, 1)
+    activated = promoted_off_policy(store, clock, *_setup(store, fit, top_k, over))
     row = store.pipelines.current()
-    assert row is not None and row.version_id == cand and row.previous_version_id == current
-    assert row.config["retrieval"]["k"] == 4
-    [activated] = [e for e in store.audit.timeline(action_type="pipeline_activate") if e.pipeline_version_after == cand]
+    assert row is not None and row.config["retrieval"]["k"] == 4
     assert activated.evidence["off_policy"]["top_k"]["fitted"] == 4
 
 

@@ -14,7 +14,7 @@ from ragloop.experiments.auto import AutoExperimentSettings, AutoOutcome, auto_e
 from ragloop.experiments.off_policy import TRIAL_ACTION
 from ragloop.improve.remediation.prompts import ItemScore, PromptTrial, compare
 from ragloop.store import Store
-from tests.experiments.test_off_policy import Golden, measured_candidate
+from tests.experiments.test_off_policy import Golden, measured_candidate, promoted_off_policy
 from tests.store.conftest import FakeClock
 
 SETTINGS = AutoExperimentSettings(traffic_split=0.5, min_sample_size=30, min_duration_s=3600)
@@ -50,13 +50,7 @@ def _setup(store: Store, trial: PromptTrial, extra: dict[str, Any] | None = None
 def test_a_trial_measured_correctness_gain_goes_current(store: Store, clock: FakeClock) -> None:
     trial = _correctness_gain()
     assert trial.chosen is not None and trial.chosen.correct_lo > 0
-    current, cand = _setup(store, trial)
-    golden = Golden()
-    step = auto_experiment_step(store, golden, settings=SETTINGS, clock=clock)
-    assert (step.outcome, step.candidate, golden.calls) == (AutoOutcome.PROMOTED, cand, 1)
-    row = store.pipelines.current()
-    assert row is not None and row.version_id == cand and row.previous_version_id == current
-    [activated] = [e for e in store.audit.timeline(action_type="pipeline_activate") if e.pipeline_version_after == cand]
+    activated = promoted_off_policy(store, clock, *_setup(store, trial))
     off = activated.evidence["off_policy"]
     assert off["route"] == "answer_trial" and off["variant"]["version"] == "refine-off"
     assert off["variant"]["correct_gain"] == pytest.approx(18 / N, abs=1e-6)
