@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,11 +84,18 @@ class VariantRows:
 
 
 def _rows(
-    primary: Collection, config: PipelineConfig, variant: Collection | None, stack: ExitStack, *, passages: bool
+    primary: Collection,
+    config: PipelineConfig,
+    variant: Collection | None,
+    stack: ExitStack,
+    *,
+    passages: bool,
+    docs: Set[str] | None = None,
 ) -> VariantRows:
-    """Every registered file of `primary` chunked with `config`, and the vectors: reused where a
-    current generation of `variant` or `primary` holds the same indexed text, embedded otherwise.
-    `passages`: also cache the scorers' passage vectors of new chunks (for an index that will serve)."""
+    """Every registered file of `primary` chunked with `config` (only the documents `docs`, when
+    given), and the vectors: reused where a current generation of `variant` or `primary` holds the
+    same indexed text, embedded otherwise. `passages`: also cache the scorers' passage vectors of new
+    chunks (for an index that will serve)."""
     registry = primary.registry
     files = registry.files()
     size = config.chunking.size
@@ -104,14 +111,15 @@ def _rows(
         path = root / rel
         if not path.is_file() or _file_hash(path) != record.content_hash:
             raise CollectionError(f"{rel} changed or went missing since it was indexed: re-ingest {primary.name!r}")
-        docs = load_file(path, root, max_bytes=primary.settings.max_file_bytes)
+        loaded = load_file(path, root, max_bytes=primary.settings.max_file_bytes)
         mine = [
             _with_source(c, rel)
-            for d in docs
+            for d in loaded
+            if docs is None or d.doc_id in docs
             for c in chunk_document(d, *chunking.for_record(rel, d.doc_id), chunking.min_size)
         ]
         chunks += mine
-        records[rel] = replace(record, n_docs=len(docs), n_chunks=len(mine))
+        records[rel] = replace(record, n_docs=len(loaded), n_chunks=len(mine))
     dense = config.retrieval.dense
     known: dict[str, np.ndarray] = {}
     for source in (primary, variant):
@@ -136,18 +144,27 @@ def _rows(
     return VariantRows(chunks, vectors, records, chunking)
 
 
-def preview_variant(primary: Collection, config: PipelineConfig) -> DerivedCollection:
+def preview_variant(
+    primary: Collection, config: PipelineConfig, *, focus: Set[str] | None = None, rest: Collection | None = None
+) -> DerivedCollection:
     """`primary`'s sources chunked as `config` says, in memory: what a chunking candidate is measured
     on before it is registered. Only chunking may differ (the preview reads with the primary's
-    lexical settings and embedder)."""
+    lexical settings and embedder). With `focus` (document ids), only those documents are re-chunked
+    and embedded; every other one keeps its chunks and vectors in `rest` (default `primary`; the
+    index that serves now), so a fit pays for the documents its questions' hits come from, not the
+    whole collection."""
     m = primary.load().manifest
     if m.embedder != config.retrieval.dense.embedder or m.index_headings != config.retrieval.index_headings:
         raise ValueError("a variant preview changes chunking only; the embedder and headings must match")
     with ExitStack() as stack:
-        rows = _rows(primary, config, None, stack, passages=False)
-    return DerivedCollection(
-        f"preview{VARIANT_MARK}{config.index_fingerprint()[:10]}", primary, rows.chunks, rows.vectors
-    )
+        rows = _rows(primary, config, None, stack, passages=False, docs=focus)
+    chunks, vectors = rows.chunks, rows.vectors
+    if focus is not None:
+        kept = Collection.load(rest or primary)  # not a variant's own load: the serving index is read as it is
+        idx = [i for i, c in enumerate(kept.chunks) if c.doc_id not in focus]
+        chunks = chunks + [kept.chunks[i] for i in idx]
+        vectors = np.concatenate([vectors, kept.vectors[idx]]) if idx else vectors
+    return DerivedCollection(f"preview{VARIANT_MARK}{config.index_fingerprint()[:10]}", primary, chunks, vectors)
 
 
 class IndexVariant(Collection):

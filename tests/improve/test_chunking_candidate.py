@@ -156,6 +156,7 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
     assert _whole(variant, SENTENCE) and _whole(variant, SECOND)
     assert [(t["size"], t["qualifies"]) for t in trials] == [(192, False), (307, True)]
     assert note.evidence["alpha"] == 0.025  # two sizes tried: each at 97.5%
+    assert note.evidence["focus"] == {"documents": 3, "of": 3}  # 20 hits a question reach every document here
     again = ActionSpec(
         action_id="y", kind=ActionKind.CHUNKING_BUFFER, component="chunking_buffer:kb", payload={"collection": "kb"}
     )
@@ -200,6 +201,25 @@ def test_a_preview_matches_the_variant_it_would_become(coll: Collection) -> None
     variant = index_for(coll, WIDE)
     assert [c.chunk_id for c in preview.load().chunks] == [c.chunk_id for c in variant.load().chunks]
     assert variant.generation() == 1
+
+
+def test_a_focused_preview_rechunks_only_the_focus(coll: Collection) -> None:
+    """A fit re-chunks and embeds the documents its questions' hits come from; every other one is
+    read from the serving index as it is, chunks and vectors."""
+    full, focused = preview_variant(coll, WIDE), preview_variant(coll, WIDE, focus={"harbour.md"}, rest=coll)
+    served = coll.load()
+
+    def of(index: Collection, doc: str) -> list[tuple[str, str]]:
+        return [(c.chunk_id, c.text) for c in index.load().chunks if c.doc_id == doc]
+
+    assert of(focused, "harbour.md") == of(full, "harbour.md") and _whole(focused, SENTENCE)
+    assert of(focused, "other.md") == of(coll, "other.md") and of(focused, "tram.md") == of(coll, "tram.md")
+    assert not _whole(focused, SECOND) and _whole(full, SECOND)  # tram.md kept its serving chunks
+    kept = {c.chunk_id: i for i, c in enumerate(served.chunks)}
+    mine = focused.load()
+    for i, c in enumerate(mine.chunks):
+        if c.doc_id != "harbour.md":
+            assert (mine.vectors[i] == served.vectors[kept[c.chunk_id]]).all()
 
 
 def test_the_remediation_context_acts_on_the_serving_index(coll: Collection, store: Store) -> None:
