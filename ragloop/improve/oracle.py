@@ -39,6 +39,7 @@ Choices, and why:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -222,6 +223,21 @@ def join_adjacent(first: str, second: str) -> tuple[str, int, int]:
     return f"{a} {b}", len(a), len(a) + 1
 
 
+MOVES = 3
+"""Times a reading starts again when the index moves under it, before the move is an error."""
+
+
+class IndexMovedError(RuntimeError):
+    """A retrieval returned chunks of another generation than the one being read."""
+
+
+def _positions(gen: IndexGeneration, hits: Sequence[Hit]) -> list[int]:
+    try:
+        return [gen.position[h.chunk_id] for h in hits]
+    except KeyError as exc:
+        raise IndexMovedError(f"chunk {exc.args[0]} is not in generation {gen.manifest.generation}") from exc
+
+
 class OracleRetriever:
     def __init__(
         self,
@@ -283,7 +299,7 @@ class OracleRetriever:
         best: list[float] = []
         for pos, question, answer in probes(gen.chunks, self.background_probes, self.background_seed):
             hits = await asyncio.to_thread(self.retriever.retrieve, ideal_query(question, answer), self.depth)
-            found = impostors(gen.chunks, pos, answer, [gen.position[h.chunk_id] for h in hits])
+            found = impostors(gen.chunks, pos, answer, _positions(gen, hits))
             scored = await score_chunks(self.scorer, IdealAnswer(question, answer), [gen.chunks[p].text for p in found])
             best.append(max((x.score for x in scored), default=0.0))
         self._background = summarise(best, self.background_seed)
@@ -307,6 +323,14 @@ class OracleRetriever:
         return out
 
     async def retrieve(self, question: str, ideal_answer: str) -> OracleResult:
+        """Read against one generation: when the index moves while it reads (a re-chunk or a
+        chunking variant's rebuild in another thread or process), it starts again on the new one."""
+        for _ in range(MOVES - 1):
+            with contextlib.suppress(IndexMovedError):
+                return await self._retrieve(question, ideal_answer)
+        return await self._retrieve(question, ideal_answer)
+
+    async def _retrieve(self, question: str, ideal_answer: str) -> OracleResult:
         background = await self.background()
         start = time.perf_counter()
         gen = self.collection.load()
@@ -317,7 +341,7 @@ class OracleRetriever:
         for v in variants:
             if v.text not in seen_texts:
                 hits = await asyncio.to_thread(self.retriever.retrieve, v.text, self.depth)
-                seen_texts[v.text] = [gen.position[h.chunk_id] for h in hits]
+                seen_texts[v.text] = _positions(gen, hits)
             for pos in seen_texts[v.text]:
                 kinds = found.setdefault(pos, [])
                 if v.kind not in kinds:

@@ -9,16 +9,20 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from ragloop.improve.faults import rechunked, without_documents
 from ragloop.improve.oracle import IdealAnswer, OracleRetriever, join_adjacent, score_statements
 from ragloop.improve.paraphrase import ChatParaphraser, OfflineParaphraser, Vocabulary
 from ragloop.improve.types import Thresholds, VariantKind
+from ragloop.ingest.registry import DocumentOverride
 from ragloop.models.chat.testing import FunctionModel
 from ragloop.models.errors import TransientModelError
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
+from ragloop.retrieval.rechunk import rechunk_document
 from ragloop.retrieval.retriever import Retriever
+from ragloop.retrieval.types import Hit
 from tests.agent.conftest import DOCS, HASHED
 from tests.improve.conftest import IDEAL, QUESTION
 
@@ -86,6 +90,24 @@ def test_the_oracle_repeats_exactly(coll: Collection) -> None:
     b = run(OracleRetriever(coll, LexicalScorer(name="lexical"), config=HASHED.retrieval))
     assert a.model_copy(update={"latency_ms": 0.0}) == b.model_copy(update={"latency_ms": 0.0})
     assert a.latency_ms > 0
+
+
+def test_an_index_that_moves_while_the_oracle_reads_is_read_anew(coll: Collection) -> None:
+    """A re-chunk lands between the oracle reading the index and retrieving from it (the worker's
+    remediation pass runs beside its diagnoses): the oracle reads the new generation, not a mix."""
+    oracle = OracleRetriever(coll, LexicalScorer(name="lexical"), config=HASHED.retrieval)
+    real, moved = oracle.retriever.retrieve, []
+
+    def retrieve(query: str, k: int | None = None, mode: Any = None) -> list[Hit]:
+        if not moved:
+            moved.append(rechunk_document(coll, "bridge.md", DocumentOverride("bridge.md", 60, 0, "test"), HASHED))
+        return real(query, k, mode)
+
+    oracle.retriever.retrieve = retrieve  # type: ignore[method-assign]
+    result = run(oracle)
+    assert moved and len(result.candidates) > 0 and result.corpus_chunks == len(coll.load().chunks) > 4
+    fresh = run(OracleRetriever(coll, LexicalScorer(name="lexical"), config=HASHED.retrieval))
+    assert result.model_copy(update={"latency_ms": 0.0}) == fresh.model_copy(update={"latency_ms": 0.0})
 
 
 def test_query_cosines_are_read_in_the_index_space(oracle: OracleRetriever, coll: Collection) -> None:
