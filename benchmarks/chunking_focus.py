@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from _common import machine, markdown_table, write_results
@@ -44,9 +45,11 @@ def main() -> None:
         os.environ["RAGLOOP_HOME"] = str(home)
         settings = Settings()
         store = Store.open(f"sqlite:///{home / 'ragloop.db'}")
+        stack = ExitStack()
         try:
             config = current_config(store)
             ctx, resolver = make_context(store, config, settings=settings)
+            stack.callback(resolver.close)
             spec = ActionSpec(
                 action_id="focus", kind=ActionKind.CHUNKING_BUFFER, component="c", payload={"collection": COLLECTION}
             )
@@ -81,8 +84,8 @@ def main() -> None:
                 )
                 rows.append([size, sum(focused), sum(whole), differ, round(cpu_f, 1), round(cpu_w, 1)])
                 print(rows[-1], flush=True)
-            resolver.close()
         finally:
+            stack.close()
             store.close()
     payload = {
         "meta": {"arm": str(args.arm), "serving": config.version_id, "focus_depth": FOCUS_DEPTH} | machine(),

@@ -170,10 +170,19 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
 
 
 def test_the_pool_is_the_serving_versions_and_no_size_that_cannot_gain_is_registered(
-    coll: Collection, store: Store
+    coll: Collection, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another version's failure does not fill the buffer. One growth step (x1.05: 126) still cuts
-    both sentences: the fit records its trial and registers nothing."""
+    both sentences: the fit records its trial, on a preview of its focus, and registers nothing."""
+    from ragloop.improve.remediation import chunking
+
+    previewed: list[dict[str, Any]] = []
+
+    def spy(primary: Collection, config: PipelineConfig, **kwargs: Any) -> Collection:
+        previewed.append(kwargs)
+        return preview_variant(primary, config, **kwargs)
+
+    monkeypatch.setattr(chunking, "preview_variant", spy)
     k2 = SMALL.with_overrides(retrieval={"k": 2})
     question, sentence = QUESTIONS["harbour.md"]
     spec = ActionSpec(
@@ -193,6 +202,9 @@ def test_the_pool_is_the_serving_versions_and_no_size_that_cannot_gain_is_regist
     [trial] = change.notes[0].evidence["trials"]
     assert trial["size"] == 126 and not trial["qualifies"]
     assert change.notes[0].evidence["documents"] == 2
+    [kwargs] = previewed
+    assert {"harbour.md", "tram.md"} <= kwargs["focus"] and kwargs["rest"] is ctx.collections("kb")
+    assert change.notes[0].evidence["focus"] == {"documents": len(kwargs["focus"]), "of": 3}
     assert not any(v.created_by == "remediation:chunking_buffer" for v in store.pipelines.list_versions())
 
 
