@@ -144,6 +144,16 @@ def test_model_calls_and_usage(store: Store, make_answer: Callable[..., Answer])
     assert (usage["qwen"].calls, usage["qwen"].prompt_tokens, usage["qwen"].completion_tokens) == (2, 150, 20)
     assert usage["qwen"].errors == 1 and usage["qwen"].cost_usd == pytest.approx(0.001)
     assert usage["other"].cost_usd == 0.0
+    assert usage["qwen"].purpose is None and usage["qwen"].model_s == pytest.approx(0.0125)
+    store.model_calls.record(CallRecord(
+        model="qwen", purpose="judge", prompt=user_prompt("p"), prompt_tokens=50, latency_ms=900.0, cached=True,
+    ))  # fmt: skip
+    split = {(u.model, u.purpose): u for u in store.model_calls.usage(by="purpose")}
+    assert set(split) == {("qwen", "generate"), ("qwen", "judge"), ("other", "judge")}
+    judge = split["qwen", "judge"]
+    assert (judge.calls, judge.cached, judge.prompt_tokens, judge.errors) == (2, 1, 50, 1)
+    assert judge.model_s == 0.0  # a cache hit's replayed latency is not time the model spent
+    assert split["qwen", "generate"].model_s == pytest.approx(0.0125)
 
 
 def test_experiments(store: Store) -> None:

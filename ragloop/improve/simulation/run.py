@@ -336,6 +336,13 @@ def _collect(result: ArmResult, store: Store) -> None:
         diagnosis_jobs=store.queue.count(DIAGNOSIS_TIER, statuses=every),
         model_calls=sum(u.calls for u in usage),
         model_calls_by_model={u.model: u.calls for u in usage},
+        # where a local model's time goes (the held-out measurement's own calls are not the loop's: they
+        # are in `measurements[*].cpu_s`)
+        model_calls_by_purpose=[
+            {"model": u.model, "purpose": u.purpose, "calls": u.calls, "cached": u.cached,
+             "prompt_tokens": u.prompt_tokens, "model_s": round(u.model_s, 1)}
+            for u in store.model_calls.usage(by="purpose")
+        ],  # fmt: skip
         improvement_actions=store.improvement_actions.counts(),
         diagnoses=store.diagnoses.counts(),
         failure_modes=store.diagnoses.mode_counts(),

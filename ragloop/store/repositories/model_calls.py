@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Literal
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, func, null, select, update
 
 from ragloop.calls import CallRecord
 from ragloop.store.db import Database
@@ -23,6 +24,11 @@ class ModelUsage:
     cost_usd: float
     errors: int
     cached: int = 0
+    purpose: str | None = None
+    """Set when the totals are per (model, purpose): `usage(by="purpose")`."""
+    model_s: float = 0.0
+    """Seconds the paid calls took (cache hits replay the original latency and are left out): where a
+    local model's time goes."""
 
 
 class ModelCalls:
@@ -66,22 +72,30 @@ class ModelCalls:
         with self.db.transaction(write=False) as s:
             return list(s.scalars(stmt.order_by(ModelCall.created_at.desc(), ModelCall.call_id.desc()).limit(limit)))
 
-    def usage(self, *, since: datetime | None = None) -> list[ModelUsage]:
-        """Totals per model: every call counts, tokens only where they were spent (not cache hits)."""
+    def usage(self, *, since: datetime | None = None, by: Literal["model", "purpose"] = "model") -> list[ModelUsage]:
+        """Totals per model (or per model and purpose): every call counts, tokens and seconds only where
+        they were spent (not cache hits)."""
         paid = ModelCall.cached.is_(False)
+        keys = (ModelCall.model,) if by == "model" else (ModelCall.model, ModelCall.purpose)
         stmt = select(
             ModelCall.model,
+            ModelCall.purpose if by == "purpose" else null(),
             func.count(),
             func.coalesce(func.sum(case((paid, ModelCall.prompt_tokens), else_=0)), 0),
             func.coalesce(func.sum(case((paid, ModelCall.completion_tokens), else_=0)), 0),
             func.coalesce(func.sum(ModelCall.cost_usd), 0.0),
             func.count(ModelCall.error),
             func.coalesce(func.sum(case((ModelCall.cached.is_(True), 1), else_=0)), 0),
-        ).group_by(ModelCall.model)
+            func.coalesce(func.sum(case((paid, ModelCall.latency_ms), else_=0.0)), 0.0),
+        ).group_by(*keys)
         if since is not None:
             stmt = stmt.where(ModelCall.created_at >= since)
         with self.db.transaction(write=False) as s:
-            rows = s.execute(stmt.order_by(ModelCall.model)).all()
+            rows = s.execute(stmt.order_by(*keys)).all()
         return [
-            ModelUsage(r[0], int(r[1]), int(r[2]), int(r[3]), float(r[4] or 0.0), int(r[5]), int(r[6])) for r in rows
-        ]
+            ModelUsage(
+                r[0], int(r[2]), int(r[3]), int(r[4]), float(r[5] or 0.0), int(r[6]), int(r[7]),
+                purpose=r[1], model_s=float(r[8] or 0.0) / 1000,
+            )
+            for r in rows
+        ]  # fmt: skip
