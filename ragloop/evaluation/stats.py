@@ -12,6 +12,10 @@ honest when the predictions inside an item are correlated.
   the interval of the difference; the permutation (sign-flip) test swaps each item's pair of
   results at random and gives a two-sided p-value. A difference is called significant only when
   p < alpha (and then the bootstrap interval excludes 0 in practice as well).
+- `sign_flip_gain_p`: the one-sided p-value of a paired gain, exact over every sign assignment when
+  few items differ. Decisions on a handful of items (a chunking fit on 8-35 pooled failures) need
+  it: there the percentile bootstrap is anti-conservative (6 of 17 better and none worse puts its
+  98.75% interval above 0, while the exact one-sided p is 1/64 = 0.016).
 - `cohen_kappa` with a bootstrap interval: agreement of two raters beyond chance.
 
 All functions are deterministic for a given seed.
@@ -183,6 +187,40 @@ def paired_permutation(
     perm = np.abs(_safe_ratio(pb_n, pb_d) - _safe_ratio(pa_n, pa_d))
     perm = np.nan_to_num(perm, nan=0.0)
     return float((1 + np.sum(perm >= observed - 1e-12)) / (1 + resamples))
+
+
+EXACT_MAX = 16
+"""Items that differ up to which `sign_flip_gain_p` enumerates all 2^m sign assignments (65,536)."""
+
+
+def sign_flip_gain_p(
+    before: Sequence[float],
+    after: Sequence[float],
+    *,
+    resamples: int = 20_000,
+    seed: int = DEFAULT_SEED,
+    exact_max: int = EXACT_MAX,
+) -> float:
+    """One-sided p-value that `after` beats `before` on the same items (mean gain > 0): under the
+    null each item's difference is as likely negated, so p = P(sum of the sign-flipped differences
+    >= the observed sum). Exact over the items that differ when there are at most `exact_max` of
+    them (for 0/1 scores it is the exact sign test), else Monte Carlo, (1 + hits) / (1 + resamples).
+    1.0 when nothing differs or the gain is not positive."""
+    a, b = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError("before and after must score the same items")
+    d = b - a
+    d = d[np.abs(d) > 1e-12]
+    observed = float(d.sum())
+    if d.size == 0 or observed <= 0.0:
+        return 1.0
+    tol = 1e-9 * max(1.0, float(np.abs(d).sum()))
+    if d.size <= exact_max:
+        signs = ((np.arange(2**d.size)[:, None] >> np.arange(d.size)) & 1) * 2 - 1
+        return float(np.mean(signs @ d >= observed - tol))
+    rng = np.random.default_rng(seed)
+    flips = rng.choice(np.array([-1.0, 1.0]), size=(resamples, d.size))
+    return float((1 + np.sum(flips @ d >= observed - tol)) / (1 + resamples))
 
 
 def paired_test(

@@ -206,7 +206,8 @@ def chunking_evidence(
 ) -> dict[str, Any] | None:
     """The chunking fit's evidence that lets `candidate` skip the live experiment, or None: it changes
     only the chunk size (and its overlap), was built on `current`, the size grows, and the fit that
-    registered it tried that size with its (Bonferroni-corrected) gain interval above 0."""
+    registered it tried that size with its (Bonferroni-corrected) gain interval above 0 and qualified it
+    (the exact sign-flip test agreeing at the same level)."""
     entry = _entry_for(store, current, candidate, _paths(diff) if diff else set(), CHUNKING_KEYS, CHUNKING_ACTION)
     if entry is None:
         return None
@@ -219,8 +220,8 @@ def chunking_evidence(
         return None
     if "overlap" in chunking and trial.get("overlap") != chunking["overlap"]:
         return None
-    if not _lower_bound(trial, "gain") > 0.0:
-        return None
+    if not (_lower_bound(trial, "gain") > 0.0 and trial.get("qualifies") is True):
+        return None  # `qualifies`: the fit's exact test agreed with the interval (`SizeTrial.qualifies`)
     keep = ("items", "documents", "alpha", "serving")
     return {"route": "chunking_fit", "refit_log_id": log_id, "trial": trial, **{k: evidence.get(k) for k in keep}}
 

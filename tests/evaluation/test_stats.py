@@ -10,8 +10,10 @@ from ragloop.evaluation.stats import (
     bootstrap_percentile,
     cohen_kappa,
     cohen_kappa_point,
+    paired_bootstrap,
     paired_test,
     ratio,
+    sign_flip_gain_p,
 )
 
 
@@ -88,3 +90,29 @@ def test_every_variant_is_compared_paired_with_its_reference_config() -> None:
     # the paired LLM report has no baseline: the chat-model variant is still tested against `full`
     assert comparison_pairs(["full", "full+qwen2.5-coder-1.5b"]) == [("full", "full+qwen2.5-coder-1.5b")]
     assert comparison_pairs(["hybrid", "hybrid_rerank"]) == []
+
+
+def test_the_exact_gain_test_is_the_sign_test_where_the_percentile_interval_is_not_valid() -> None:
+    """6 of 17 paired 0/1 items better, none worse: the 98.75% percentile interval lies above 0
+    (what the chunking fit's Bonferroni level would have accepted), but the exact one-sided p is
+    2^-6; with one item worse it is P(X >= 6 | 7 fair coins) = 8/128."""
+    before, after = [0.0] * 17, [1.0] * 6 + [0.0] * 11
+    assert paired_bootstrap(before, after, alpha=0.0125)[1] > 0
+    assert sign_flip_gain_p(before, after) == pytest.approx(1 / 64)
+    assert sign_flip_gain_p([0.0] * 6 + [1.0] + [0.0] * 10, [1.0] * 6 + [0.0] * 11) == pytest.approx(8 / 128)
+    assert sign_flip_gain_p(after, before) == 1.0 and sign_flip_gain_p(before, before) == 1.0
+    with pytest.raises(ValueError):
+        sign_flip_gain_p([0.0, 1.0], [1.0])
+
+
+def test_the_gain_test_holds_its_level_beyond_the_exact_range() -> None:
+    """Past `exact_max` differing items it is Monte Carlo: under the null (scores exchangeable) it
+    rejects at 5% about 5% of the time, and it agrees with the exact enumeration where both apply."""
+    rng = np.random.default_rng(3)
+    a, b = rng.random(12), rng.random(12)
+    assert sign_flip_gain_p(a, b, exact_max=0, resamples=40_000) == pytest.approx(sign_flip_gain_p(a, b), abs=0.01)
+    rejected = 0
+    for i in range(200):
+        x, y = rng.random(30), rng.random(30)
+        rejected += sign_flip_gain_p(x, y, resamples=2000, seed=i) <= 0.05
+    assert 2 <= rejected <= 20  # 10 expected; a test that always or never rejects fails here

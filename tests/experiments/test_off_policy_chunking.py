@@ -61,13 +61,19 @@ def test_a_golden_refusal_keeps_it_off(store: Store, clock: FakeClock) -> None:
     assert store.pipelines.current().version_id == current  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("case", ["not-qualified", "size-not-tried", "other-overlap", "smaller", "more-than-chunking"])
+@pytest.mark.parametrize(
+    "case", ["not-qualified", "interval-only", "size-not-tried", "other-overlap", "smaller", "more-than-chunking"]
+)
 def test_other_chunking_candidates_take_the_experiment_path(store: Store, clock: FakeClock, case: str) -> None:
     found, extra = 15, None
     chunking: dict[str, object] = {"size": 512, "overlap": 77}
     if case == "not-qualified":
         found = 2  # 2 of 20 whole: the corrected interval reaches 0
         assert _trials(found)[1]["gain"]["lo"] <= 0
+    elif case == "interval-only":
+        found = 5  # 5 of 20 whole, none lost: the interval is above 0, the exact p (1/32) above 0.0125
+        trial = _trials(found)[1]
+        assert trial["gain"]["lo"] > 0 and trial["gain"]["p"] > ALPHA / len(SIZES) / 2 and not trial["qualifies"]
     elif case == "size-not-tried":
         chunking = {"size": 819, "overlap": 123}
     elif case == "other-overlap":

@@ -40,6 +40,16 @@ MORE = {
     + SECOND
     + " It closed in 1961, when the last car was sold to a museum in the capital.",
 }
+POOLED = (
+    ("harbour.md", "After the storm, who rebuilt the lighthouse?"),
+    ("harbour.md", "Which person rebuilt the lighthouse once the storm was over?"),
+    ("harbour.md", "The lighthouse was rebuilt after the storm by whom?"),
+    ("tram.md", "Who laid the tramway along the northern shore?"),
+    ("tram.md", "Which company laid the tramway on the northern shore?"),
+    ("tram.md", "The tramway along the northern shore was laid by whom?"),
+    ("tram.md", "By whom was the tramway along the northern shore laid?"),
+)
+"""Seven more failed questions: with the action's own, four on each sentence."""
 QUESTIONS = {
     "harbour.md": ("Who rebuilt the lighthouse after the storm?", SENTENCE),
     "tram.md": ("Who laid the tramway along the northern shore?", SECOND),
@@ -123,14 +133,16 @@ def _chunking_failure(store: Store, doc_id: str, version: str, question: str | N
 
 
 def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Collection, store: Store) -> None:
-    """From 120, growth x1.6: at 192 one of the two sentences is found whole in a top-2 hit (gain
-    0.5, interval [0, 1]: not shown), at 307 both are (interval [1, 1]): the candidate is 307.
-    The action names one failure; the other joins from the version's pool. Nothing is written to
-    the collection's index."""
+    """From 120, growth x1.6, four failed questions on each of two sentences: at 192 one sentence
+    is found whole in a top-2 hit (4 of 8 questions gain: the bootstrap interval is above 0, but the
+    exact one-sided p is 1/16, so not shown), at 307 both are (8 of 8: p = 1/256): the candidate is
+    307. The action names one failure; the others join from the version's pool. Nothing is written
+    to the collection's index."""
     clock = ManualClock()
     k2 = SMALL.with_overrides(retrieval={"k": 2})
     mine = _chunking_failure(store, "harbour.md", k2.version_id)
-    _chunking_failure(store, "tram.md", k2.version_id)
+    for doc_id, asked in POOLED:
+        _chunking_failure(store, doc_id, k2.version_id, question=asked)
     action = store.improvement_actions.propose(
         ActionKind.CHUNKING_BUFFER.value,
         "chunking_buffer:kb",
@@ -160,13 +172,14 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
     again = ActionSpec(
         action_id="y", kind=ActionKind.CHUNKING_BUFFER, component="chunking_buffer:kb", payload={"collection": "kb"}
     )
-    assert ChunkingBufferAction(again).ready(ctx) == "no new chunking failure since the last fit on 2"
+    assert ChunkingBufferAction(again).ready(ctx) == "no new chunking failure since the last fit on 8"
     _chunking_failure(store, "tram.md", k2.version_id, question="Which company built the tramway?")
     assert ChunkingBufferAction(again).ready(ctx) is None
-    assert [(t["gain"]["before"], t["gain"]["after"], t["gain"]["lo"]) for t in trials] == [
-        (0.0, 0.5, 0.0),
-        (0.0, 1.0, 1.0),
+    assert [(t["gain"]["before"], t["gain"]["after"], t["gain"]["p"]) for t in trials] == [
+        (0.0, 0.5, 0.0625),
+        (0.0, 1.0, 0.003906),
     ]
+    assert trials[0]["gain"]["lo"] > 0.0  # what the percentile interval alone would have let through
 
 
 def test_the_pool_is_the_serving_versions_and_no_size_that_cannot_gain_is_registered(

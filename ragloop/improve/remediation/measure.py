@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ragloop.evaluation.stats import paired_bootstrap
+from ragloop.evaluation.stats import paired_bootstrap, sign_flip_gain_p
 from ragloop.improve.paraphrase import OfflineParaphraser, Vocabulary
 from ragloop.improve.remediation.base import GroupMeasurement, QueryGroup, RemediationContext
 from ragloop.improve.remediation.expansion_cache import ExpansionCache
@@ -82,7 +82,8 @@ def measure(ctx: RemediationContext, group: QueryGroup, index: Collection | None
 @dataclass(frozen=True)
 class Delta:
     """after - before over the group's questions, with its paired bootstrap interval (95% unless the
-    caller pays for picking the best of several)."""
+    caller pays for picking the best of several) and the exact one-sided p of a gain (`gain_p`):
+    on a few questions the interval alone over-states certainty (`stats.sign_flip_gain_p`)."""
 
     before: float
     after: float
@@ -90,6 +91,15 @@ class Delta:
     lo: float
     hi: float
     n: int
+    p: float = math.nan
+    """One-sided p-value that after beats before (sign-flip, exact when few questions differ)."""
+    alpha: float = 0.05
+    """The two-sided level of the interval; a gain is significant when `p <= alpha / 2` too."""
+
+    @property
+    def significant_gain(self) -> bool:
+        """The interval lies above 0 and the exact test agrees at the same (one-sided) level."""
+        return self.n > 1 and self.lo > 0.0 and self.p <= self.alpha / 2
 
     def to_json(self) -> dict[str, float | int | None]:
         def r(x: float) -> float | None:
@@ -103,6 +113,7 @@ class Delta:
             "lo": r(self.lo),
             "hi": r(self.hi),
             "n": self.n,
+            "p": r(self.p),
         }
 
 
@@ -115,7 +126,8 @@ def delta(
     if n == 0:
         return Delta(math.nan, math.nan, math.nan, math.nan, math.nan, 0)
     diff, lo, hi = paired_bootstrap(list(before), list(after), resamples=resamples, seed=seed, alpha=alpha)
-    return Delta(sum(before) / n, sum(after) / n, diff, lo, hi, n)
+    p = sign_flip_gain_p(before, after, seed=seed)
+    return Delta(sum(before) / n, sum(after) / n, diff, lo, hi, n, p, alpha)
 
 
 def questions_of(ctx: RemediationContext, answer_ids: Sequence[str], given: Sequence[str] = ()) -> tuple[str, ...]:

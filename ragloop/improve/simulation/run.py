@@ -339,10 +339,16 @@ def _collect(result: ArmResult, store: Store) -> None:
         # where a local model's time goes (the held-out measurement's own calls are not the loop's: they
         # are in `measurements[*].cpu_s`)
         model_calls_by_purpose=[
-            {"model": u.model, "purpose": u.purpose, "calls": u.calls, "cached": u.cached,
-             "prompt_tokens": u.prompt_tokens, "model_s": round(u.model_s, 1)}
+            {
+                "model": u.model,
+                "purpose": u.purpose,
+                "calls": u.calls,
+                "cached": u.cached,
+                "prompt_tokens": u.prompt_tokens,
+                "model_s": round(u.model_s, 1),
+            }
             for u in store.model_calls.usage(by="purpose")
-        ],  # fmt: skip
+        ],
         improvement_actions=store.improvement_actions.counts(),
         diagnoses=store.diagnoses.counts(),
         failure_modes=store.diagnoses.mode_counts(),
