@@ -189,6 +189,8 @@ def paired_permutation(
     return float((1 + np.sum(perm >= observed - 1e-12)) / (1 + resamples))
 
 
+ONE_SIDED = 0.025
+"""The one-sided level a 95% interval's lower bound stands for: a gain shown by both."""
 EXACT_MAX = 16
 """Items that differ up to which `sign_flip_gain_p` enumerates all 2^m sign assignments (65,536)."""
 

@@ -76,6 +76,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from ragloop.evaluation.stats import ONE_SIDED
+
 if TYPE_CHECKING:
     from ragloop.store import PipelineVersion, Store
 
@@ -145,27 +147,34 @@ def _lower_bound(fit: Any, key: str) -> float:
     return float(lo) if isinstance(lo, int | float) else math.nan
 
 
+def _shown(fit: Any, key: str) -> bool:
+    """The gain's 95% interval lies above 0 and its exact one-sided p agrees (`stats.ONE_SIDED`)."""
+    value = fit.get(key) if isinstance(fit, Mapping) else None
+    p = value.get("p") if isinstance(value, Mapping) else None
+    return _lower_bound(fit, key) > 0.0 and isinstance(p, int | float) and p <= ONE_SIDED
+
+
 def retrieval_evidence(
     store: Store, current: PipelineVersion, candidate: PipelineVersion, diff: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """The retrieval refit's evidence that lets `candidate` skip the live experiment, or None: it
     changes only retrieval's mode / fusion / rerank weight / k, was built on `current`, k (if changed)
-    rises, and each changed part's gain interval (fusion: `fit.held_out_gain`, k: `top_k.gain`) lies
-    above 0."""
+    rises, and each changed part's gain (fusion: `fit.held_out_gain`, k: `top_k.gain`) has its interval
+    above 0 and its exact one-sided p at most `ONE_SIDED`."""
     paths = _paths(diff) if diff else set()
     entry = _entry_for(store, current, candidate, paths, RETRIEVAL_KEYS, RETRIEVAL_REFIT_ACTION)
     if entry is None:
         return None
     log_id, evidence = entry
     fit, top_k = evidence.get("fit") or {}, evidence.get("top_k") or {}
-    if paths & FUSION_KEYS and not _lower_bound(fit, "held_out_gain") > 0.0:
+    if paths & FUSION_KEYS and not _shown(fit, "held_out_gain"):
         return None
     if K_KEY in paths:
         k_now = ((current.config or {}).get("retrieval") or {}).get("k")
         k_new = (diff.get("retrieval") or {}).get("k")
         if not (isinstance(k_now, int) and isinstance(k_new, int) and k_new > k_now):
             return None
-        if not (_lower_bound(top_k, "gain") > 0.0 and top_k.get("current") == k_now):
+        if not (_shown(top_k, "gain") and top_k.get("current") == k_now):
             return None
     return {"route": "retrieval_refit", "refit_log_id": log_id, "fit": fit, "top_k": top_k}
 

@@ -106,12 +106,15 @@ def _unmeasured(fit: dict[str, Any], top_k: dict[str, Any]) -> tuple[dict[str, A
     return fit, {**top_k, "gain": {**top_k["gain"], "lo": 0.0}}
 
 
-@pytest.mark.parametrize("case", ["interval-includes-0", "k-lowered", "more-than-retrieval"])
+@pytest.mark.parametrize("case", ["interval-includes-0", "interval-only", "k-lowered", "more-than-retrieval"])
 def test_other_retrieval_candidates_take_the_experiment_path(store: Store, clock: FakeClock, case: str) -> None:
     fit, top_k, over = _fits(_just_below_k(), 30)
     extra = None
     if case == "interval-includes-0":
         fit, top_k = _unmeasured(fit, top_k)
+    elif case == "interval-only":  # the interval above 0, the exact test not agreeing
+        top_k = {**top_k, "gain": {**top_k["gain"], "p": 0.03}}
+        assert top_k["gain"]["lo"] > 0
     elif case == "k-lowered":
         over = {"k": 1}
     else:
@@ -120,3 +123,15 @@ def test_other_retrieval_candidates_take_the_experiment_path(store: Store, clock
     step = auto_experiment_step(store, Golden(), settings=SETTINGS, clock=clock)
     assert (step.outcome, step.candidate) == (AutoOutcome.STARTED, cand)
     assert store.pipelines.current().version_id == current  # type: ignore[union-attr]
+
+
+def test_five_queries_that_all_gain_do_not_show_a_gain() -> None:
+    """Every one of 5 diagnosed queries gains from k 4: the percentile interval is [1, 1], but the
+    exact one-sided p is 2^-5 = 0.031 > 0.025, so the refit proposes no k (with 6: 0.016, it does)."""
+    _, top_k, over = _fits(_just_below_k(5), 5)
+    assert top_k["gain"]["lo"] > 0 and top_k["gain"]["p"] == pytest.approx(1 / 32) and "k" not in over
+    _, top_k, over = _fits(_just_below_k(6), 6)
+    assert top_k["gain"]["p"] == pytest.approx(1 / 64) and over.get("k") == 4
+    fit, _, over = _fits({"dense": [40] * 5, "hybrid": [1] * 5, "bm25": [20] * 5}, 5)  # the same for a mode
+    assert fit["held_out_gain"]["lo"] > 0 and fit["held_out_gain"]["p"] == pytest.approx(1 / 32)
+    assert "mode" not in over

@@ -88,7 +88,7 @@ def _buffer(store: Store, answer_id: str, payload: dict[str, object]) -> None:
 def test_the_buffer_fills_with_the_actions_answers_and_refits_into_a_candidate(
     store: Store, coll: Collection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    improving = ranking.FusionFit("hybrid", 0.9, None, 0.3, 0.6, 0.25, 0.1, 0.4, 3, [])
+    improving = ranking.FusionFit("hybrid", 0.9, None, 0.3, 0.6, 0.25, 0.1, 0.4, 3, [], 0.01)
     seen: list[list[RankingTuple]] = []
 
     def fake_fit(tuples: list[RankingTuple], *_a: object, **_k: object) -> ranking.FusionFit:
@@ -251,7 +251,9 @@ def test_the_default_buffer_refits_at_a_dozen_tuples(
     old 50 it never filled in a simulated week (about 3 ranking diagnoses a day from a degraded
     start), so the top-k / mode refit never ran."""
     monkeypatch.setattr(
-        ranking, "fit_fusion", lambda *_a, **_k: ranking.FusionFit("dense", 0.4, None, 0.3, 0.3, 0.0, -0.1, 0.1, 12, [])
+        ranking,
+        "fit_fusion",
+        lambda *_a, **_k: ranking.FusionFit("dense", 0.4, None, 0.3, 0.3, 0.0, -0.1, 0.1, 12, [], 1.0),
     )
     ctx = context(store, coll, ManualClock())
     sched = Scheduler(ctx)

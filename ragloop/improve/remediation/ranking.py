@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ragloop.config.pipeline import RetrievalConfig
-from ragloop.evaluation.stats import bootstrap_ci
+from ragloop.evaluation.stats import ONE_SIDED, bootstrap_ci, sign_flip_gain_p
 from ragloop.improve.remediation.base import (
     AppliedChange,
     AuditNote,
@@ -100,10 +100,13 @@ class FusionFit:
     hi: float
     queries: int
     grid: list[dict[str, Any]]
+    p: float
+    """One-sided p of the held-out gain (`stats.sign_flip_gain_p`): a handful of queries is what
+    these fits see, where the percentile interval alone is anti-conservative."""
 
     @property
     def improves(self) -> bool:
-        return self.queries > 1 and self.lo > 0.0
+        return self.queries > 1 and self.lo > 0.0 and self.p <= ONE_SIDED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,7 +115,12 @@ class FusionFit:
             "rerank_weight": self.rerank_weight,
             "baseline_mrr": round(self.baseline_mrr, 6),
             "fitted_mrr": round(self.fitted_mrr, 6),
-            "held_out_gain": {"value": round(self.held_out_gain, 6), "lo": round(self.lo, 6), "hi": round(self.hi, 6)},
+            "held_out_gain": {
+                "value": round(self.held_out_gain, 6),
+                "lo": round(self.lo, 6),
+                "hi": round(self.hi, 6),
+                "p": round(self.p, 6),
+            },
             "queries": self.queries,
             "grid": self.grid,
         }
@@ -190,6 +198,7 @@ def fit_fusion(
         hi=est.hi,
         queries=len(queries),
         grid=table,
+        p=sign_flip_gain_p([0.0] * len(held_out), held_out.tolist(), seed=seed),
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ragloop.config.pipeline import RetrievalConfig
-from ragloop.evaluation.stats import bootstrap_ci
+from ragloop.evaluation.stats import ONE_SIDED, bootstrap_ci, sign_flip_gain_p
 from ragloop.improve.remediation.ranking import RankingTuple, RankOf
 
 K_GRID = (2, 3, 4, 5, 6, 8, 10)
@@ -41,10 +41,12 @@ class TopKFit:
     hi: float
     queries: int
     curve: dict[int, float]
+    p: float = 1.0
+    """One-sided p of the gain (`stats.sign_flip_gain_p`; for these 0/1 hits the exact sign test)."""
 
     @property
     def improves(self) -> bool:
-        return self.queries > 1 and self.fitted != self.current and self.lo > 0.0
+        return self.queries > 1 and self.fitted != self.current and self.lo > 0.0 and self.p <= ONE_SIDED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,7 +54,12 @@ class TopKFit:
             "fitted": self.fitted,
             "hit_current": round(self.hit_current, 6),
             "hit_fitted": round(self.hit_fitted, 6),
-            "gain": {"value": round(self.gain, 6), "lo": round(self.lo, 6), "hi": round(self.hi, 6)},
+            "gain": {
+                "value": round(self.gain, 6),
+                "lo": round(self.lo, 6),
+                "hi": round(self.hi, 6),
+                "p": round(self.p, 6),
+            },
             "queries": self.queries,
             "curve": {str(k): round(v, 6) for k, v in self.curve.items()},
         }
@@ -98,4 +105,5 @@ def fit_top_k(
         hi=est.hi if est else 0.0,
         queries=len(queries),
         curve=curve,
+        p=sign_flip_gain_p([0.0] * len(diff), diff, seed=seed) if diff else 1.0,
     )
