@@ -35,7 +35,8 @@ answers with the candidate itself, so that part is measured there). Those take t
 a larger top k) are the same case for the retrieval stage. Retrieval is deterministic given the
 index, so what the candidate retrieves for every diagnosed query is replayed exactly; the refit
 measured, cross-fitted (weights chosen on one fold, gain taken on the other) with a bootstrap
-interval, whether the oracle chunks of the ranking failures come into reach. An experiment at the
+interval and the exact sign-flip test (`stats.sign_flip_gain_p`: on 5-35 items the interval alone
+over-states certainty), whether the oracle chunks of the ranking failures come into reach. An experiment at the
 simulation's traffic could not resolve that (see above), and from a degraded start (top-k 2) every
 such candidate ended inconclusive. The refit sees failures only, so its gain says nothing about the
 answers that were right; that is exactly what the golden check measures end to end (document recall
