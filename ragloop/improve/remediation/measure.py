@@ -82,7 +82,7 @@ def measure(ctx: RemediationContext, group: QueryGroup, index: Collection | None
 @dataclass(frozen=True)
 class Delta:
     """after - before over the group's questions, with its paired bootstrap interval (95% unless the
-    caller pays for picking the best of several) and the exact one-sided p of a gain (`gain_p`):
+    caller pays for picking the best of several) and the exact one-sided p of a gain (`p`):
     on a few questions the interval alone over-states certainty (`stats.sign_flip_gain_p`)."""
 
     before: float

@@ -41,7 +41,7 @@ class TopKFit:
     hi: float
     queries: int
     curve: dict[int, float]
-    p: float = 1.0
+    p: float
     """One-sided p of the gain (`stats.sign_flip_gain_p`; for these 0/1 hits the exact sign test)."""
 
     @property
