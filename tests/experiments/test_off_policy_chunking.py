@@ -13,8 +13,7 @@ from ragloop.config import PipelineConfig
 from ragloop.experiments.auto import AutoExperimentSettings, AutoOutcome, GoldenVerdict, auto_experiment_step
 from ragloop.experiments.off_policy import CHUNKING_ACTION
 from ragloop.experiments.registry import running_experiment
-from ragloop.improve.remediation.chunking import ALPHA, SizeTrial
-from ragloop.improve.remediation.measure import delta
+from ragloop.improve.remediation.chunking import ALPHA, size_trials
 from ragloop.store import Store
 from tests.experiments.test_off_policy import Golden, measured_candidate, promoted_off_policy
 from tests.store.conftest import FakeClock
@@ -28,14 +27,9 @@ SIZES = ((320, 48), (512, 77))
 def _trials(found_at_512: int, n: int = 20) -> list[dict[str, Any]]:
     """The fit as `ChunkingBufferAction.apply` records it: no pooled sentence whole at 200 or 320,
     `found_at_512` of them whole at 512."""
-    alpha = ALPHA / len(SIZES)
-    before = [0.0] * n
     found = {320: 0, 512: found_at_512}
-    out = []
-    for size, overlap in SIZES:
-        after = [1.0] * found[size] + [0.0] * (n - found[size])
-        out.append(SizeTrial(size, overlap, delta(before, after, resamples=400, alpha=alpha)).to_json())
-    return out
+    afters = [[1.0] * found[size] + [0.0] * (n - found[size]) for size, _ in SIZES]
+    return [t.to_json() for t in size_trials(SIZES, [0.0] * n, afters, resamples=400)]
 
 
 def _setup(
@@ -71,9 +65,9 @@ def test_other_chunking_candidates_take_the_experiment_path(store: Store, clock:
         found = 2  # 2 of 20 whole: the corrected interval reaches 0
         assert _trials(found)[1]["gain"]["lo"] <= 0
     elif case == "interval-only":
-        found = 5  # 5 of 20 whole, none lost: the interval is above 0, the exact p (1/32) above 0.0125
+        found = 5  # 5 of 20 whole, none lost: the interval is above 0, the exact p (1/32) above 0.025
         trial = _trials(found)[1]
-        assert trial["gain"]["lo"] > 0 and trial["gain"]["p"] > ALPHA / len(SIZES) / 2 and not trial["qualifies"]
+        assert trial["gain"]["lo"] > 0 and trial["p_family"] > ALPHA / 2 and not trial["qualifies"]
     elif case == "size-not-tried":
         chunking = {"size": 819, "overlap": 123}
     elif case == "other-overlap":

@@ -135,9 +135,9 @@ def _chunking_failure(store: Store, doc_id: str, version: str, question: str | N
 def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Collection, store: Store) -> None:
     """From 120, growth x1.6, four failed questions on each of two sentences: at 192 one sentence
     is found whole in a top-2 hit (4 of 8 questions gain: the bootstrap interval is above 0, but the
-    exact one-sided p is 1/16, so not shown), at 307 both are (8 of 8: p = 1/256): the candidate is
-    307. The action names one failure; the others join from the version's pool. Nothing is written
-    to the collection's index."""
+    exact one-sided p is 1/16, 42/256 for the family of both sizes: not shown), at 307 both are (8 of
+    8: p = 1/256): the candidate is 307. The action names one failure; the others join from the
+    version's pool. Nothing is written to the collection's index."""
     clock = ManualClock()
     k2 = SMALL.with_overrides(retrieval={"k": 2})
     mine = _chunking_failure(store, "harbour.md", k2.version_id)
@@ -175,9 +175,9 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
     assert ChunkingBufferAction(again).ready(ctx) == "no new chunking failure since the last fit on 8"
     _chunking_failure(store, "tram.md", k2.version_id, question="Which company built the tramway?")
     assert ChunkingBufferAction(again).ready(ctx) is None
-    assert [(t["gain"]["before"], t["gain"]["after"], t["gain"]["p"]) for t in trials] == [
-        (0.0, 0.5, 0.0625),
-        (0.0, 1.0, 0.003906),
+    assert [(t["gain"]["before"], t["gain"]["after"], t["gain"]["p"], t["p_family"]) for t in trials] == [
+        (0.0, 0.5, 0.0625, 0.164062),  # 42/256: P(192 gains 4 or 307 gains 4+ net)
+        (0.0, 1.0, 0.003906, 0.003906),
     ]
     assert trials[0]["gain"]["lo"] > 0.0  # what the percentile interval alone would have let through
 
