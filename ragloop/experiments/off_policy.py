@@ -48,7 +48,8 @@ version, every changed part's interval in its `ranking_refit` entry lies above 0
 collection) are the retrieval refit's case on the index: the fit re-chunked the collection in memory
 and replayed every pooled chunking failure against it with the serving retriever, and the chosen
 size's paired bootstrap gain interval (whether a top-k hit now holds the failure's supporting
-sentence whole) lies above 0 at 95% Bonferroni-corrected for the sizes tried. It sees failures only;
+sentence whole) lies above 0 at 95% Bonferroni-corrected for the sizes tried, and its exact
+sign-flip p, family-wise over those sizes by the max statistic, is at most 0.025. It sees failures only;
 what a larger chunk does to the questions that were answered right, and to those that should be
 refused, is what the golden check measures end to end, answering from the candidate's own index
 variant. Such a candidate goes current on the golden check when it changes only the chunk size and
@@ -217,7 +218,7 @@ def chunking_evidence(
     """The chunking fit's evidence that lets `candidate` skip the live experiment, or None: it changes
     only the chunk size (and its overlap), was built on `current`, the size grows, and the fit that
     registered it tried that size with its (Bonferroni-corrected) gain interval above 0 and qualified it
-    (the exact sign-flip test agreeing at the same level)."""
+    (the family-wise exact sign-flip test agreeing, `SizeTrial.qualifies`)."""
     entry = _entry_for(store, current, candidate, _paths(diff) if diff else set(), CHUNKING_KEYS, CHUNKING_ACTION)
     if entry is None:
         return None

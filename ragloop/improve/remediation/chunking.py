@@ -160,7 +160,7 @@ def size_trials(
     """Each size's gain over the serving index: its interval at the Bonferroni level for the sizes
     tried and its family-wise one-sided p (max statistic over the sizes)."""
     alpha = ALPHA / max(1, len(sizes))
-    family = sign_flip_max_gain_p(before, afters, seed=seed) if afters else []
+    family = sign_flip_max_gain_p(before, afters, seed=seed) if len(afters) else []
     return [
         SizeTrial(size, overlap, delta(before, after, resamples=resamples, seed=seed, alpha=alpha), p)
         for (size, overlap), after, p in zip(sizes, afters, family, strict=True)
