@@ -94,12 +94,7 @@ class Delta:
     p: float = math.nan
     """One-sided p-value that after beats before (sign-flip, exact when few questions differ)."""
     alpha: float = 0.05
-    """The two-sided level of the interval; a gain is significant when `p <= alpha / 2` too."""
-
-    @property
-    def significant_gain(self) -> bool:
-        """The interval lies above 0 and the exact test agrees at the same (one-sided) level."""
-        return self.n > 1 and self.lo > 0.0 and self.p <= self.alpha / 2
+    """The two-sided level of the interval."""
 
     def to_json(self) -> dict[str, float | int | None]:
         def r(x: float) -> float | None:
