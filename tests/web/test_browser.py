@@ -172,7 +172,10 @@ def test_upload_then_ask(page: Any, served: Served) -> None:
     page.locator("#upload-collection").fill("uploads")
     page.get_by_label(re.compile("^Files")).set_input_files(files)
     page.get_by_role("button", name="Upload").click()
+    # the collection's name in the line too: a failure below then says whether the upload went elsewhere
     expect(page.locator("#upload-status")).to_contain_text("Done", timeout=60_000)
+    expect(page.locator("#upload-status")).to_contain_text("added to \u201cuploads\u201d")
+    assert (served.home / "collections" / "uploads" / "registry.sqlite").exists(), served.log.read_text()[-3000:]
 
     page.locator("#collection").fill("uploads")
     article = ask(page, "When was the Glimmer Lighthouse built?")
