@@ -46,18 +46,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from _common import BENCH_HOME, REPO, machine, peak_rss_mb, print_table, write_results
+from _scorer_sets import bm25
 
 from ragloop.config.settings import Settings
 from ragloop.models import make_embedder
@@ -120,25 +119,6 @@ class Item:
 # --- items ------------------------------------------------------------------------------------------
 
 _tok = Tokenizer()
-
-
-def bm25(query: list[str], docs: list[list[str]], k1: float = 1.2, b: float = 0.75) -> np.ndarray:
-    n = len(docs)
-    avgdl = sum(len(d) for d in docs) / max(n, 1)
-    df: Counter[str] = Counter()
-    for d in docs:
-        df.update(set(d))
-    tfs = [Counter(d) for d in docs]
-    out = np.zeros(n)
-    for t in set(query):
-        if t not in df:
-            continue
-        idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
-        for i, tf in enumerate(tfs):
-            f = tf.get(t, 0)
-            if f:
-                out[i] += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * len(docs[i]) / avgdl))
-    return out
 
 
 def build_items(articles: list[dict[str, Any]], indices: range, vec: dict[str, np.ndarray]) -> list[Item]:
