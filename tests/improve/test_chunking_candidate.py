@@ -168,6 +168,7 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
     assert _whole(variant, SENTENCE) and _whole(variant, SECOND)
     assert [(t["size"], t["qualifies"]) for t in trials] == [(192, False), (307, True)]
     assert note.evidence["alpha"] == 0.025  # two sizes tried: each at 97.5%
+    assert note.evidence["p_family_level"] == 0.025 and note.evidence["chosen_size"] == 307
     assert note.evidence["focus"] == {"documents": 3, "of": 3}  # 20 hits a question reach every document here
     again = ActionSpec(
         action_id="y", kind=ActionKind.CHUNKING_BUFFER, component="chunking_buffer:kb", payload={"collection": "kb"}
@@ -214,6 +215,8 @@ def test_the_pool_is_the_serving_versions_and_no_size_that_cannot_gain_is_regist
     assert change.effect is Effect.RECORD and change.candidate_version is None
     [trial] = change.notes[0].evidence["trials"]
     assert trial["size"] == 126 and not trial["qualifies"]
+    assert change.notes[0].evidence["chosen_size"] is None
+    assert change.summary.endswith("no candidate (no size qualified)")
     assert change.notes[0].evidence["documents"] == 2
     [kwargs] = previewed
     assert {"harbour.md", "tram.md"} <= kwargs["focus"] and kwargs["rest"] is ctx.collections("kb")

@@ -14,6 +14,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from ragloop.config import Settings
@@ -21,6 +22,7 @@ from ragloop.experiments.regression import Answered, run_regression
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.remediate import run_pass
+from ragloop.improve.remediation.chunking import ALPHA, REFIT_ACTION, chosen, size_trials
 from ragloop.improve.scheduler import Policy
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
@@ -209,6 +211,51 @@ def test_an_improvement_on_the_timeline_is_reverted_there(page: Any, served: Ser
     assert served.api("GET", f"/v1/improvements/{action_id}", served.admin).json()["status"] == "reverted"
     page.locator("#tl-type").select_option("pipeline_rollback")
     expect(entries).to_have_count(2)
+
+
+def fixed4(x: float) -> str:
+    """JavaScript's x.toFixed(4) (half up; Python's format rounds 0.03125 to even)."""
+    return str(Decimal(str(x)).quantize(Decimal("0.0001"), ROUND_HALF_UP))
+
+
+def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, served: Served) -> None:
+    """The fit's evidence as the chunking action writes it (`size_trials`, the same keys), drawn as a
+    table: each size's gain with its interval and both p values, the candidate marked."""
+    sizes = [(640, 160), (819, 205), (1049, 262), (1310, 328)]
+    before = [0.0] * 12
+    afters = [[0.0] * 12, [1.0] * 3 + [0.0] * 9, [1.0] * 5 + [0.0] * 7, [1.0] * 7 + [0.0] * 5]
+    trials = size_trials(sizes, before, afters)
+    best = chosen(trials)
+    assert [t.qualifies for t in trials] == [False, False, False, True] and best is not None
+    with Store.open(served.db_url) as st:
+        st.audit.record(
+            REFIT_ACTION,
+            triggered_by="action:web-chunking-fit",
+            evidence={
+                "domain": "default",
+                "items": 12,
+                "documents": 9,
+                "serving": {"size": 512, "overlap": 128},
+                "alpha": ALPHA / len(sizes),
+                "p_family_level": ALPHA / 2,
+                "trials": [t.to_json() for t in trials],
+                "chosen_size": best.size,
+            },
+        )
+    sign_in(page, served.admin, "/admin#timeline")
+    table = page.locator("#timeline > li").filter(has_text="action:web-chunking-fit").locator("table.trials")
+    expect(table.locator("tbody tr")).to_have_count(4)
+    caption = table.locator("caption")
+    expect(caption).to_contain_text("12 pooled chunking failures (9 documents); serving chunk size 512")
+    expect(caption).to_contain_text("98.8%, Bonferroni over the sizes")
+    expect(caption).to_contain_text("family-wise one-sided p ≤ 0.025")
+    chosen_row = table.locator('tr[data-size="1310"]')
+    expect(chosen_row).to_have_class(re.compile(r"\bchosen\b"))
+    expect(chosen_row).to_contain_text("0.0% → 58.3%")
+    expect(chosen_row).to_contain_text(fixed4(trials[3].p_family))
+    expect(chosen_row.locator("td").last).to_have_text("yes: the candidate")
+    expect(table.locator('tr[data-size="1049"] td').last).to_have_text("no")
+    expect(table.locator('tr[data-size="1049"]')).to_contain_text(fixed4(trials[2].delta.p))
 
 
 def test_regression_runs_and_the_golden_set(page: Any, served: Served) -> None:

@@ -268,7 +268,9 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
                 "focus": {"documents": len(focus), "of": len({c.doc_id for c in serving.load().chunks})},
                 "serving": {"size": ctx.config.chunking.size, "overlap": ctx.config.chunking.overlap},
                 "alpha": ALPHA / max(1, len(sizes)),
+                "p_family_level": ALPHA / 2,
                 "trials": [t.to_json() for t in trials],
+                "chosen_size": best.size if best else None,
                 "candidate_version": candidate,
             },
             pipeline_version_before=ctx.config.version_id,
@@ -277,7 +279,7 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
         verdict = (
             f"candidate {candidate} (size {best.size})"
             if best and candidate
-            else "no candidate (no size's gain interval above 0)"
+            else "no candidate (no size qualified)"
         )
         return AppliedChange(
             kind=self.kind,
