@@ -277,9 +277,7 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
             pipeline_version_after=candidate,
         )
         verdict = (
-            f"candidate {candidate} (size {best.size})"
-            if best and candidate
-            else "no candidate (no size qualified)"
+            f"candidate {candidate} (size {best.size})" if best and candidate else "no candidate (no size qualified)"
         )
         return AppliedChange(
             kind=self.kind,
