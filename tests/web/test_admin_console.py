@@ -22,7 +22,7 @@ from ragloop.experiments.regression import Answered, run_regression
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.remediate import run_pass
-from ragloop.improve.remediation.chunking import ALPHA, REFIT_ACTION, chosen, size_trials
+from ragloop.improve.remediation.chunking import REFIT_ACTION, size_trials, trials_evidence
 from ragloop.improve.scheduler import Policy
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
@@ -219,14 +219,13 @@ def fixed4(x: float) -> str:
 
 
 def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, served: Served) -> None:
-    """The fit's evidence as the chunking action writes it (`size_trials`, the same keys), drawn as a
+    """The fit's evidence as the chunking action writes it (`size_trials`, `trials_evidence`), drawn as a
     table: each size's gain with its interval and both p values, the candidate marked."""
     sizes = [(640, 160), (819, 205), (1049, 262), (1310, 328)]
     before = [0.0] * 12
     afters = [[0.0] * 12, [1.0] * 3 + [0.0] * 9, [1.0] * 5 + [0.0] * 7, [1.0] * 7 + [0.0] * 5]
     trials = size_trials(sizes, before, afters)
-    best = chosen(trials)
-    assert [t.qualifies for t in trials] == [False, False, False, True] and best is not None
+    assert [t.qualifies for t in trials] == [False, False, False, True]
     with Store.open(served.db_url) as st:
         st.audit.record(
             REFIT_ACTION,
@@ -236,10 +235,7 @@ def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, ser
                 "items": 12,
                 "documents": 9,
                 "serving": {"size": 512, "overlap": 128},
-                "alpha": ALPHA / len(sizes),
-                "p_family_level": ALPHA / 2,
-                "trials": [t.to_json() for t in trials],
-                "chosen_size": best.size,
+                **trials_evidence(trials),
             },
         )
     sign_in(page, served.admin, "/admin#timeline")

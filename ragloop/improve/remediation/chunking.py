@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ragloop.evaluation.stats import sign_flip_max_gain_p
+from ragloop.evaluation.stats import DEFAULT_SEED, sign_flip_max_gain_p
 from ragloop.improve.remediation.base import (
     AppliedChange,
     AuditNote,
@@ -155,7 +155,7 @@ def size_trials(
     afters: Sequence[Sequence[float]],
     *,
     resamples: int = 1000,
-    seed: int = 20240601,
+    seed: int = DEFAULT_SEED,
 ) -> list[SizeTrial]:
     """Each size's gain over the serving index: its interval at the Bonferroni level for the sizes
     tried and its family-wise one-sided p (max statistic over the sizes)."""
@@ -170,6 +170,17 @@ def size_trials(
 def chosen(trials: Sequence[SizeTrial]) -> SizeTrial | None:
     good = [t for t in trials if t.qualifies]
     return max(good, key=lambda t: (round(t.delta.diff, 9), -t.size)) if good else None
+
+
+def trials_evidence(trials: Sequence[SizeTrial]) -> dict[str, Any]:
+    """The fit's decision as its audit entry records it (the admin timeline draws it as a table)."""
+    best = chosen(trials)
+    return {
+        "alpha": ALPHA / max(1, len(trials)),
+        "p_family_level": ALPHA / 2,
+        "trials": [t.to_json() for t in trials],
+        "chosen_size": best.size if best else None,
+    }
 
 
 class ChunkingBufferAction(Remediation[ChunkingPayload]):
@@ -267,10 +278,7 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
                 "answers": len(self.spec.answer_ids),
                 "focus": {"documents": len(focus), "of": len({c.doc_id for c in serving.load().chunks})},
                 "serving": {"size": ctx.config.chunking.size, "overlap": ctx.config.chunking.overlap},
-                "alpha": ALPHA / max(1, len(sizes)),
-                "p_family_level": ALPHA / 2,
-                "trials": [t.to_json() for t in trials],
-                "chosen_size": best.size if best else None,
+                **trials_evidence(trials),
                 "candidate_version": candidate,
             },
             pipeline_version_before=ctx.config.version_id,
