@@ -494,6 +494,3 @@ def plot_tau(
     plt.close(fig)
     print(f"wrote {path.relative_to(REPO)}", flush=True)
     return path
-
-
-# -- main -----------------------------------------------------------------------------------------------

@@ -505,6 +505,9 @@ def prepare_chat_model(name: str, settings: Settings) -> dict[str, Any]:
     return info
 
 
+# -- main -----------------------------------------------------------------------------------------------
+
+
 def parse_parts(values: Sequence[str] | None) -> list[str]:
     chosen = [p.strip() for v in values or [",".join(PARTS)] for p in v.split(",") if p.strip()]
     unknown = sorted(set(chosen) - set(PARTS))
