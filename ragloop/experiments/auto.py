@@ -48,7 +48,7 @@ want a person in the loop set `RAGLOOP_AUTO_EXPERIMENT_REQUIRES_APPROVAL=true`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from enum import StrEnum
@@ -75,9 +75,11 @@ from ragloop.experiments.registry import (
 )
 from ragloop.experiments.regression import (
     GATES,
+    HARM_ALPHA,
     HARM_GUARDED,
     THRESHOLD,
     Answerer,
+    MetricComparison,
     compare_paired,
     score_entry,
 )
@@ -189,19 +191,28 @@ def golden_check(
             for m in GATES
             if (c := compare_paired(m, scored[current].get(m, {}), scored[candidate].get(m, {}), threshold)) is not None
         ]
-        regressed = [c.metric for c in comparisons if c.regressed]
-        harmed = [c.metric for c in comparisons if c.metric in HARM_GUARDED and c.likely_worse()]
-        return GoldenVerdict(
-            not regressed and not harmed,
-            {
-                "entries": len(entries),
-                "regressed": regressed,
-                "likely_worse": harmed,
-                "metrics": [c.to_json() for c in comparisons],
-            },
-        )
+        return golden_verdict(len(entries), comparisons, threshold)
 
     return check
+
+
+def golden_verdict(
+    entries: int, comparisons: Sequence[MetricComparison], threshold: float = THRESHOLD
+) -> GoldenVerdict:
+    """The check's decision with the rule it applied, as the audit log keeps it (the admin timeline
+    draws it as a table, its caption from `rule`, so a changed threshold shows where it was used)."""
+    regressed = [c.metric for c in comparisons if c.regressed]
+    harmed = [c.metric for c in comparisons if c.metric in HARM_GUARDED and c.likely_worse()]
+    return GoldenVerdict(
+        not regressed and not harmed,
+        {
+            "entries": entries,
+            "regressed": regressed,
+            "likely_worse": harmed,
+            "metrics": [c.to_json() for c in comparisons],
+            "rule": {"threshold": threshold, "harm_guarded": list(HARM_GUARDED), "harm_alpha": HARM_ALPHA},
+        },
+    )
 
 
 def tried(store: Store, version_id: str) -> bool:

@@ -18,11 +18,14 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from ragloop.config import Settings
-from ragloop.experiments.regression import Answered, run_regression
+from ragloop.experiments.auto import REFUSED, golden_verdict
+from ragloop.experiments.off_policy import TRIAL_ACTION
+from ragloop.experiments.regression import Answered, compare_paired, run_regression
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.remediate import run_pass
 from ragloop.improve.remediation.chunking import REFIT_ACTION, size_trials, trials_evidence
+from ragloop.improve.remediation.prompts import PromptTrial, VariantResult
 from ragloop.improve.scheduler import Policy
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
@@ -252,6 +255,99 @@ def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, ser
     expect(chosen_row.locator("td").last).to_have_text("yes: the candidate")
     expect(table.locator('tr[data-size="1049"] td').last).to_have_text("no")
     expect(table.locator('tr[data-size="1049"]')).to_contain_text(fixed4(trials[2].delta.p))
+
+
+def test_an_answer_trial_and_a_golden_check_on_the_timeline_show_what_they_measured(page: Any, served: Served) -> None:
+    """A prompt trial's variants and a refused candidate's golden check, as their writers build them
+    (`PromptTrial.to_json`, `golden_verdict`), drawn as tables: each try's gain with its interval, the
+    rule from the entry's own evidence, the candidate marked and the gate that refused it named."""
+    common = {"paired": 80, "faithfulness": 0.98, "baseline_faithfulness": 0.98, "f1_diff": 0.0, "f1_lo": 0.0}
+    variants = [
+        VariantResult("v2-citations", lo=0.0, hi=0.0, gain=0.0, f1_hi=0.0, refused=15, **common),
+        VariantResult(
+            "refine-off",
+            lo=-0.03,
+            hi=0.04,
+            gain=-0.01,
+            f1_hi=0.0,
+            refused=16,
+            correct=0.34,
+            baseline_correct=0.19,
+            correct_gain=0.15,
+            correct_lo=0.04,
+            correct_hi=0.28,
+            overrides={"agent": {"refine": False}},
+            **common,
+        ),
+        VariantResult(
+            "sentences-8",
+            lo=-0.01,
+            hi=0.01,
+            gain=0.0,
+            f1_hi=0.0,
+            refused=15,
+            correct=0.22,
+            baseline_correct=0.19,
+            correct_gain=0.03,
+            correct_lo=-0.02,
+            correct_hi=0.1,
+            overrides={"agent": {"max_answer_sentences": 8}},
+            **common,
+        ),
+    ]
+    trial = PromptTrial("v1", 100, 0.05 / 6, 0.02, variants)
+    assert trial.chosen is variants[1]
+    # 20 answerable entries, 5 more right (15 -> 20); 12 unanswerable, 6 now answered and 1 now refused
+    right = {f"a{i}": (float(i < 15), 1.0) for i in range(20)}
+    refused = {f"u{i}": (1.0, 0.0 if i < 6 else 1.0) if i < 11 else (0.0, 1.0) for i in range(12)}
+    comparisons = [
+        compare_paired(metric, {k: b for k, (b, _) in pairs.items()}, {k: a for k, (_, a) in pairs.items()})
+        for metric, pairs in (("answer_correct", right), ("correct_refusal", refused))
+    ]
+    verdict = golden_verdict(32, [c for c in comparisons if c is not None])
+    assert not verdict.passed and verdict.detail["likely_worse"] == ["correct_refusal"]
+    with Store.open(served.db_url) as st:
+        st.audit.record(
+            TRIAL_ACTION,
+            triggered_by="action:web-answer-trial",
+            evidence={"domain": "default", "trial": trial.to_json()},
+        )
+        st.audit.record(
+            REFUSED,
+            triggered_by="golden-set check failed: action:web-golden-check",
+            evidence={"candidate": "pv-web-candidate", "golden": verdict.detail},
+        )
+    sign_in(page, served.admin, "/admin#timeline")
+    entries = page.locator("#timeline > li")
+    variants_table = entries.filter(has_text="action:web-answer-trial").locator("table.variants")
+    expect(variants_table.locator("tbody tr")).to_have_count(3)
+    caption = variants_table.locator("caption")
+    expect(caption).to_contain_text("100 golden entries, against the serving prompt v1")
+    expect(caption).to_contain_text("by more than 2.0 pt")
+    expect(caption).to_contain_text("99.2%, Bonferroni over two tests a variant")
+    picked = variants_table.locator('tr[data-variant="refine-off"]')
+    expect(picked).to_have_class(re.compile(r"\bchosen\b"))
+    expect(picked).to_contain_text("agent.refine = false")
+    expect(picked).to_contain_text("19.0% → 34.0%")
+    expect(picked).to_contain_text("+15.0 pt [+4.0 pt, +28.0 pt]")
+    expect(picked.locator("td").last).to_have_text("yes: the candidate")
+    expect(variants_table.locator('tr[data-variant="sentences-8"] td').last).to_have_text("no")
+
+    golden = entries.filter(has_text="action:web-golden-check").locator("table.golden")
+    expect(golden.locator("tbody tr")).to_have_count(2)
+    expect(golden.locator("caption")).to_contain_text("32 working golden entries")
+    expect(golden.locator("caption")).to_contain_text(
+        "more than 2% lower), and correct_refusal when likely worse (its one-sided 90.0% upper bound below 0)"
+    )
+    refusal = golden.locator('tr[data-metric="correct_refusal"]')
+    expect(refusal).to_have_class(re.compile(r"\brefused\b"))
+    expect(refusal).to_contain_text("91.7% → 50.0%")
+    expect(refusal.locator("td").last).to_have_text("likely worse")
+    accuracy = golden.locator('tr[data-metric="answer_correct"]')
+    expect(accuracy).to_contain_text("75.0% → 100.0%")
+    expect(accuracy.locator("td").last).to_have_text("passes")
+    shot(page, "10b-admin-answer-trial", element=entries.filter(has_text="action:web-answer-trial"))
+    shot(page, "10c-admin-golden-check", element=entries.filter(has_text="action:web-golden-check"))
 
 
 def test_regression_runs_and_the_golden_set(page: Any, served: Served) -> None:

@@ -171,7 +171,7 @@ class PromptTrial:
             "entries": self.entries,
             "alpha": round(self.alpha, 6),
             "min_gain": self.min_gain,
-            "variants": [v.to_json() for v in self.variants],
+            "variants": [{**v.to_json(), "qualifies": v.qualifies(self.min_gain)} for v in self.variants],
             "chosen": chosen.version if chosen else None,
         }
 

@@ -6,6 +6,7 @@
 import { chart, extent, fitWidth, fmt, s, scale } from "./charts.js";
 import { confirmAction } from "./confirm.js";
 import { $, clear, el, fmtTime } from "./dom.js";
+import { chunkingTable, goldenTable, num, variantsTable } from "./evidence.js";
 
 const PAGE = 25;
 const KINDS = [
@@ -116,10 +117,6 @@ function renderStrip(entries) {
   box.append(root);
 }
 
-function num(v) {
-  return typeof v === "number" && Number.isFinite(v) ? v : null;
-}
-
 // {value | diff | difference, lo, hi, n} in either delta; null when neither carries a number.
 function deltas(entry) {
   const exp = entry.expected_delta || {};
@@ -201,7 +198,9 @@ function renderList(entries) {
         deltaChart(d, fitWidth(list, 420)),
       );
     }
-    if (Array.isArray(e.evidence?.trials)) item.append(trialsTable(e.evidence));
+    if (Array.isArray(e.evidence?.trials)) item.append(chunkingTable(e.evidence));
+    if (Array.isArray(e.evidence?.trial?.variants)) item.append(variantsTable(e.evidence.trial));
+    if (Array.isArray(e.evidence?.golden?.metrics)) item.append(goldenTable(e.evidence.golden));
     if (e.refers_to) item.append(el("p", { class: "muted small", text: `follows up entry ${e.refers_to}` }));
     const evidence = el("details", {}, el("summary", { text: "Evidence" }), el("pre", { class: "evidence", text: JSON.stringify(e.evidence, null, 2) }));
     item.append(evidence);
@@ -220,44 +219,6 @@ function renderList(entries) {
     }
     list.append(item);
   }
-}
-
-function pctText(v) {
-  return num(v) === null ? "–" : `${(100 * v).toFixed(1)}%`;
-}
-
-function ptText(v) {
-  return num(v) === null ? "–" : `${v >= 0 ? "+" : "−"}${Math.abs(100 * v).toFixed(1)} pt`;
-}
-
-// A chunking fit: every size it tried, its gain in target recall with the interval and both p values,
-// and whether it qualified; the rule in the caption, from the entry's own evidence.
-function trialsTable(ev) {
-  const level = num(ev.p_family_level);
-  const rule = `A size qualifies when its gain interval (${num(ev.alpha) !== null ? `${(100 * (1 - ev.alpha)).toFixed(1)}%, ` : ""}` +
-    `Bonferroni over the sizes) lies above 0 and its family-wise one-sided p${level !== null ? ` ≤ ${level}` : ""}.`;
-  const serving = ev.serving && num(ev.serving.size) !== null ? `; serving chunk size ${ev.serving.size}` : "";
-  const caption = `Chunk sizes tried on ${ev.items ?? "?"} pooled chunking failures` +
-    `${num(ev.documents) !== null ? ` (${ev.documents} documents)` : ""}${serving}. ${rule}`;
-  const head = ["size (overlap)", "target recall", "gain [interval]", "n", "p", "p family-wise", "qualifies"];
-  const rows = ev.trials.map((t) => {
-    const g = t.gain || {};
-    const picked = num(ev.chosen_size) !== null && t.size === ev.chosen_size;
-    return el("tr", { class: picked ? "chosen" : "", dataset: { size: String(t.size) } },
-      el("td", { text: `${t.size} (${t.overlap})` }),
-      el("td", { text: `${pctText(g.before)} → ${pctText(g.after)}` }),
-      el("td", { text: `${ptText(g.diff)} [${ptText(g.lo)}, ${ptText(g.hi)}]` }),
-      el("td", { text: String(g.n ?? "–") }),
-      el("td", { text: num(g.p) === null ? "–" : fmt(g.p, 4) }),
-      el("td", { text: num(t.p_family) === null ? "–" : fmt(t.p_family, 4) }),
-      el("td", { text: t.qualifies ? (picked ? "yes: the candidate" : "yes") : "no" }),
-    );
-  });
-  return el("div", { class: "table-wrap" }, el("table", { class: "trials" },
-    el("caption", { class: "small", text: caption }),
-    el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { scope: "col", text: h })))),
-    el("tbody", {}, ...rows),
-  ));
 }
 
 async function revert(e) {

@@ -1,0 +1,120 @@
+// The tables that explain a loop decision on the timeline: what it tried, what each try measured with
+// its interval, the rule it applied (read from the entry's own evidence, never restated here), and
+// which try it picked. Evidence is data: every cell goes in as text.
+
+import { fmt } from "./charts.js";
+import { el } from "./dom.js";
+
+export function num(v) {
+  return typeof v === "number" && Number.isFinite(v) ? v : null;
+}
+
+function pctText(v) {
+  return num(v) === null ? "–" : `${(100 * v).toFixed(1)}%`;
+}
+
+function ptText(v) {
+  return num(v) === null ? "–" : `${v >= 0 ? "+" : "−"}${Math.abs(100 * v).toFixed(1)} pt`;
+}
+
+function gainText(diff, lo, hi) {
+  return `${ptText(diff)} [${ptText(lo)}, ${ptText(hi)}]`;
+}
+
+function levelText(alpha) {
+  return num(alpha) === null ? "" : `${(100 * (1 - alpha)).toFixed(1)}%`;
+}
+
+// {"agent": {"refine": false}} -> "agent.refine = false"
+function changesText(overrides, prefix = "") {
+  if (!overrides || typeof overrides !== "object") return "";
+  return Object.entries(overrides)
+    .map(([k, v]) => (v && typeof v === "object" ? changesText(v, `${prefix}${k}.`) : `${prefix}${k} = ${JSON.stringify(v)}`))
+    .join(", ");
+}
+
+function table(cls, caption, head, rows) {
+  return el("div", { class: "table-wrap" }, el("table", { class: `decision ${cls}` },
+    el("caption", { class: "small", text: caption }),
+    el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, ...rows),
+  ));
+}
+
+// A chunking fit: every size it tried, its gain in target recall with the interval and both p values,
+// and whether it qualified.
+export function chunkingTable(ev) {
+  const level = num(ev.p_family_level);
+  const rule = `A size qualifies when its gain interval (${num(ev.alpha) !== null ? `${levelText(ev.alpha)}, ` : ""}` +
+    `Bonferroni over the sizes) lies above 0 and its family-wise one-sided p${level !== null ? ` ≤ ${level}` : ""}.`;
+  const serving = ev.serving && num(ev.serving.size) !== null ? `; serving chunk size ${ev.serving.size}` : "";
+  const caption = `Chunk sizes tried on ${ev.items ?? "?"} pooled chunking failures` +
+    `${num(ev.documents) !== null ? ` (${ev.documents} documents)` : ""}${serving}. ${rule}`;
+  const head = ["size (overlap)", "target recall", "gain [interval]", "n", "p", "p family-wise", "qualifies"];
+  const rows = ev.trials.map((t) => {
+    const g = t.gain || {};
+    const picked = num(ev.chosen_size) !== null && t.size === ev.chosen_size;
+    return el("tr", { class: picked ? "chosen" : "", dataset: { size: String(t.size) } },
+      el("td", { text: `${t.size} (${t.overlap})` }),
+      el("td", { text: `${pctText(g.before)} → ${pctText(g.after)}` }),
+      el("td", { text: gainText(g.diff, g.lo, g.hi) }),
+      el("td", { text: String(g.n ?? "–") }),
+      el("td", { text: num(g.p) === null ? "–" : fmt(g.p, 4) }),
+      el("td", { text: num(t.p_family) === null ? "–" : fmt(t.p_family, 4) }),
+      el("td", { text: t.qualifies ? (picked ? "yes: the candidate" : "yes") : "no" }),
+    );
+  });
+  return table("trials", caption, head, rows);
+}
+
+// An answer-graph trial: every variant answered the working golden set beside the serving prompt.
+export function variantsTable(trial) {
+  const level = levelText(trial.alpha);
+  const min = num(trial.min_gain) === null ? "" : ` by more than ${ptText(trial.min_gain).replace("+", "")}`;
+  const caption = `Answer-graph variants on ${trial.entries ?? "?"} golden entries, against the serving prompt ` +
+    `${trial.serving ?? "?"}. A variant qualifies when its correctness gains${min} with its interval` +
+    `${level ? ` (${level}, Bonferroni over two tests a variant)` : ""} above 0 and its faithfulness does not drop, ` +
+    "or its faithfulness gains so and its correctness does not drop; the largest correctness gain is the candidate.";
+  const head = ["variant", "changes", "correct", "correctness gain [interval]", "faithfulness gain [interval]", "paired", "refused", "qualifies"];
+  const rows = trial.variants.map((v) => {
+    const picked = trial.chosen !== null && trial.chosen !== undefined && v.version === trial.chosen;
+    return el("tr", { class: picked ? "chosen" : "", dataset: { variant: String(v.version) } },
+      el("td", { text: String(v.version) }),
+      el("td", { class: "mono", text: changesText(v.overrides) }),
+      el("td", { text: `${pctText(v.baseline_correct)} → ${pctText(v.correct)}` }),
+      el("td", { text: gainText(v.correct_gain, v.correct_lo, v.correct_hi) }),
+      el("td", { text: gainText(v.gain, v.lo, v.hi) }),
+      el("td", { text: String(v.paired ?? "–") }),
+      el("td", { text: String(v.refused ?? "–") }),
+      el("td", { text: v.qualifies === undefined ? "–" : v.qualifies ? (picked ? "yes: the candidate" : "yes") : "no" }),
+    );
+  });
+  return table("variants", caption, head, rows);
+}
+
+// The golden check: each gate on the working golden set, paired, current version against the candidate.
+export function goldenTable(golden) {
+  const rule = golden.rule || {};
+  const regressed = new Set(golden.regressed || []);
+  const worse = new Set(golden.likely_worse || []);
+  const guarded = (rule.harm_guarded || []).join(", ");
+  const caption = `Golden check on ${golden.entries ?? "?"} working golden entries, the candidate against the serving ` +
+    "version on the same entries. It refuses a metric that regressed (its 95% interval below 0" +
+    `${num(rule.threshold) !== null ? `, more than ${(100 * rule.threshold).toFixed(0)}% lower` : ""})` +
+    `${guarded ? `, and ${guarded} when likely worse (its one-sided ${levelText(rule.harm_alpha)} upper bound below 0)` : ""}.`;
+  const head = ["metric", "n", "serving → candidate", "difference [95% interval]", "better", "worse", "verdict"];
+  const rows = golden.metrics.map((m) => {
+    const ci = Array.isArray(m.ci95) ? m.ci95 : [null, null];
+    const verdict = regressed.has(m.metric) ? "regressed" : worse.has(m.metric) ? "likely worse" : "passes";
+    return el("tr", { class: verdict === "passes" ? "" : "refused", dataset: { metric: String(m.metric) } },
+      el("td", { text: String(m.metric) }),
+      el("td", { text: String(m.n ?? "–") }),
+      el("td", { text: `${pctText(m.baseline_mean)} → ${pctText(m.current_mean)}` }),
+      el("td", { text: gainText(m.difference, ci[0], ci[1]) }),
+      el("td", { text: String(m.better ?? "–") }),
+      el("td", { text: String(m.worse ?? "–") }),
+      el("td", { text: verdict }),
+    );
+  });
+  return table("golden", caption, head, rows);
+}
