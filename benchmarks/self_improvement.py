@@ -23,7 +23,15 @@ from pathlib import Path
 from _common import BENCH_HOME, RESULTS_DIR, machine
 
 from ragloop.improve.simulation.data import parse_sizes
-from ragloop.improve.simulation.plan import Plan, default_users, full_arms, simulate
+from ragloop.improve.simulation.plan import (
+    POSTGRES_URL,
+    REDIS_URL,
+    Plan,
+    default_users,
+    full_arms,
+    on_postgres,
+    simulate,
+)
 from ragloop.improve.simulation.run import ArmConfig
 
 
@@ -69,6 +77,13 @@ def main() -> None:
         help="an earlier results JSON whose defaults arm (same data set, same held-out sample) gives outcome 2's "
         "reference when the degraded arm runs on its own",
     )
+    ap.add_argument(
+        "--postgres",
+        action="store_true",
+        help="each arm on its own PostgreSQL database and Redis database (`plan.on_postgres`); default SQLite",
+    )
+    ap.add_argument("--postgres-url", default=POSTGRES_URL, help="with --postgres: the server, by a database on it")
+    ap.add_argument("--redis-url", default=REDIS_URL, help="with --postgres: the Redis server")
     args = ap.parse_args()
 
     base = ArmConfig(
@@ -93,10 +108,12 @@ def main() -> None:
     if args.only:
         keep = {x.strip() for x in args.only.split(",")}
         arms = [a for a in arms if a.label in keep]
+    if args.postgres:
+        arms = on_postgres(arms, args.postgres_url, args.redis_url)
     command = "PYTHONPATH=. .venv/bin/python benchmarks/self_improvement.py " + " ".join(
         shlex.quote(a) for a in sys.argv[1:]
     )
-    meta = {"command": command, "machine": machine(), "backend": "sqlite"}
+    meta = {"command": command, "machine": machine(), "backend": "postgres" if args.postgres else "sqlite"}
     if args.note:
         meta["note"] = args.note
     work = BENCH_HOME / "self_improvement"

@@ -11,18 +11,12 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from ragloop.cli.common import JsonOpt, console, fail, print_json
 from ragloop.cli.improve import app as improve_app
-
-if TYPE_CHECKING:
-    from ragloop.improve.simulation.run import ArmConfig
-
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/{db}"
-REDIS_URL = "redis://127.0.0.1:6379/{n}"
 
 
 def register(_root: typer.Typer) -> None:
@@ -55,8 +49,25 @@ def simulate(
     golden: Annotated[int, typer.Option("--golden", min=0, help="Traffic items curated into the golden set.")] = 40,
     workers: Annotated[int, typer.Option("--workers", min=0, max=8, help="`ragloop worker` processes.")] = 1,
     postgres: Annotated[
-        bool, typer.Option("--postgres", help="PostgreSQL 127.0.0.1:5432 + Redis 127.0.0.1:6379.")
+        bool,
+        typer.Option(
+            "--postgres",
+            help="Serve each arm from its own PostgreSQL database (ragloop_sim_<i>, dropped and created) and "
+            "Redis database (10 + i, flushed).",
+        ),
     ] = False,
+    postgres_url: Annotated[
+        str | None,
+        typer.Option(
+            "--postgres-url",
+            help="With --postgres: the server, by a database it may connect to "
+            "(default postgresql+psycopg://postgres@127.0.0.1:5432/postgres).",
+        ),
+    ] = None,
+    redis_url: Annotated[
+        str | None,
+        typer.Option("--redis-url", help="With --postgres: the Redis server (default redis://127.0.0.1:6379)."),
+    ] = None,
     answer_check: Annotated[
         str | None,
         typer.Option("--answer-check", help="A reader the loop may turn on, e.g. llm:local:qwen2.5-coder-1.5b."),
@@ -74,7 +85,16 @@ def simulate(
 ) -> None:
     """Prove the loop: replayed traffic through the real service, measured on held-out questions."""
     from ragloop.improve.simulation.data import parse_sizes
-    from ragloop.improve.simulation.plan import Plan, default_users, full_arms, quick_arms, single_arm
+    from ragloop.improve.simulation.plan import (
+        POSTGRES_URL,
+        REDIS_URL,
+        Plan,
+        default_users,
+        full_arms,
+        on_postgres,
+        quick_arms,
+        single_arm,
+    )
     from ragloop.improve.simulation.run import ArmConfig
 
     if start not in ("defaults", "degraded"):
@@ -117,7 +137,10 @@ def simulate(
             for arm in single_arm(replace(base, dataset=ds, data_path=mtrag if ds == "mtrag" else squad))
         ]
     if postgres:
-        arms = [_on_postgres(a, i) for i, a in enumerate(arms)]
+        try:
+            arms = on_postgres(arms, postgres_url or POSTGRES_URL, redis_url or REDIS_URL)
+        except Exception as exc:  # unreachable or refused: say which, before any arm starts
+            fail(f"--postgres: {type(exc).__name__}: {str(exc)[:300]}", code=1)
     command = "ragloop " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = {"command": command, "backend": "postgres" if postgres else "sqlite"}
     plan = Plan(
@@ -142,12 +165,3 @@ def simulate(
         curve = ", ".join(f"d{x['day']} {x['value']:.3f}" for x in a["e2e_accuracy_by_day"] if x)
         console.print(f"{a['label']}: held-out e2e accuracy {curve}; {a['changes']} changes", highlight=False)
     console.print(f"outcomes: {result['outcomes']}", highlight=False)
-
-
-def _on_postgres(arm: ArmConfig, i: int) -> ArmConfig:
-    """A fresh PostgreSQL database and Redis db number for one arm."""
-    from ragloop.improve.simulation.service import fresh_postgres
-
-    name = f"ragloop_sim_{i}"
-    url = fresh_postgres(POSTGRES_URL.format(db="postgres"), name, POSTGRES_URL.format(db=name))
-    return replace(arm, database_url=url, redis_url=REDIS_URL.format(n=10 + i))

@@ -120,3 +120,71 @@ def test_quick_simulation_end_to_end(tmp_path: Path) -> None:
     assert out["outcomes"]["3"]["squad"]["met"]  # outcome 3: 50% flipped ratings promote nothing 2 pt worse
     files = {Path(f).suffix for f in out["files"]}
     assert files == {".json", ".md", ".png"}
+
+
+@pytest.mark.timeout(600)
+def test_a_short_run_on_postgresql_and_redis(tmp_path: Path) -> None:
+    """`--postgres`: the service, its workers and the driver run the arm on its own PostgreSQL database
+    and Redis database (SQLite is the default); one short day on a four-article slice. Unreachable
+    servers skip this, or fail it under CI=true."""
+    import redis
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from tests.store.conftest import (
+        DEFAULT_POSTGRES_URL,
+        DEFAULT_REDIS_URL,
+        POSTGRES_URL_ENV,
+        REDIS_URL_ENV,
+        _ci,
+        require_postgres,
+        require_redis,
+    )
+
+    pg = require_postgres(os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL), ci=_ci())
+    rd = require_redis(os.environ.get(REDIS_URL_ENV, DEFAULT_REDIS_URL), ci=_ci())
+    raw = json.loads(SQUAD.read_text())
+    held = [a for a in raw["data"] if split_part(a["title"]) == "heldout"][:1]
+    raw["data"] = held + [a for a in raw["data"] if split_part(a["title"]) == "traffic"][:3]
+    for article in raw["data"]:
+        article["paragraphs"] = article["paragraphs"][:3]
+    small = tmp_path / "four-articles.json"
+    small.write_text(json.dumps(raw))
+    server = rd.rsplit("/", 1)[0] if rd.count("/") > 2 else rd
+    env = dict(os.environ, RAGLOOP_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
+    cmd = [
+        *(sys.executable, "-m", "ragloop", "improve", "simulate", "--squad", str(small), "--days", "1"),
+        *("--day-minutes", "0.3", "--traffic-per-day", "12", "--heldout", "8", "--golden", "6", "--json"),
+        *("--postgres", "--postgres-url", pg, "--redis-url", server, "--out", str(tmp_path / "out")),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    [arm] = out["arms"]
+    assert [d["day"] for d in arm["e2e_accuracy_by_day"] if d] == [0, 1]
+    [results] = [Path(f) for f in out["files"] if f.endswith(".json")]
+    assert json.loads(results.read_text())["meta"]["backend"] == "postgres"
+    # what the service stored is in the arm's own database: the answers it served, the golden set
+    engine = create_engine(make_url(pg).set(database="ragloop_sim_0"))
+    try:
+        with engine.connect() as conn:
+            answers = conn.execute(text("SELECT count(*) FROM answers")).scalar_one()
+            golden = conn.execute(text("SELECT count(*) FROM golden_set_entries")).scalar_one()
+    finally:
+        engine.dispose()
+    assert answers >= 12 and golden == 6
+    client = redis.Redis.from_url(f"{server}/10")
+    try:
+        # the service's Redis-backed state went there: rate limits, and tier 1's cache of the answers it scored
+        prefixes = {k.decode().rsplit(":", 1)[0] for k in client.scan_iter(count=1000)}
+        assert {"ragloop:ratelimit", "ragloop:tier1"} <= prefixes
+    finally:
+        client.close()
+
+
+def test_an_unreachable_postgresql_is_named_before_any_arm_starts(tmp_path: Path) -> None:
+    env = dict(os.environ, RAGLOOP_HOME=str(tmp_path / "home"))
+    cmd = [sys.executable, "-m", "ragloop", "improve", "simulate", "--postgres", "--days", "1"]
+    cmd += ["--postgres-url", "postgresql+psycopg://postgres@127.0.0.1:1/postgres", "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "--postgres: OperationalError" in proc.stderr, proc.stderr[-1000:]

@@ -67,6 +67,37 @@ def full_arms(base: ArmConfig, datasets: Sequence[str], paths: dict[str, Path | 
     return arms
 
 
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+REDIS_URL = "redis://127.0.0.1:6379"
+REDIS_FIRST_DB = 10
+"""Arm i serves from Redis database 10 + i (0-9 left to whatever else uses the server)."""
+
+
+def on_postgres(
+    arms: Sequence[ArmConfig], postgres_url: str = POSTGRES_URL, redis_url: str = REDIS_URL
+) -> list[ArmConfig]:
+    """Each arm on its own PostgreSQL database (`ragloop_sim_<i>`, dropped and created) and Redis
+    database (10 + i, flushed), so arms and reruns never share state. `postgres_url` names the server
+    by a database it may connect to."""
+    import redis
+    from sqlalchemy.engine import make_url
+
+    from ragloop.improve.simulation.service import fresh_postgres
+
+    out = []
+    for i, arm in enumerate(arms):
+        name = f"ragloop_sim_{i}"
+        url = fresh_postgres(postgres_url, name, make_url(postgres_url).set(database=name).render_as_string(False))
+        arm_redis = f"{redis_url.rstrip('/')}/{REDIS_FIRST_DB + i}"
+        client = redis.Redis.from_url(arm_redis)
+        try:
+            client.flushdb()
+        finally:
+            client.close()
+        out.append(replace(arm, database_url=url, redis_url=arm_redis))
+    return out
+
+
 def single_arm(base: ArmConfig) -> list[ArmConfig]:
     flip = f"-flip{round(100 * base.users.flip_share)}"
     return [replace(base, label=f"{base.dataset}-{base.start}{flip}")]
