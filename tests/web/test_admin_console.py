@@ -26,11 +26,14 @@ from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.remediate import run_pass
 from ragloop.improve.remediation.chunking import REFIT_ACTION, size_trials, trials_evidence
 from ragloop.improve.remediation.prompts import PromptTrial, VariantResult
+from ragloop.improve.remediation.ranking import REFIT_ACTION as RANKING_REFIT
+from ragloop.improve.remediation.ranking import RankingTuple, fit_fusion
+from ragloop.improve.remediation.topk import fit_top_k
 from ragloop.improve.scheduler import Policy
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
-from tests.improve.remediation_support import chunk_of, context, propose_expansion
+from tests.improve.remediation_support import K1, chunk_of, context, propose_expansion
 from tests.web.conftest import WEB_CFG, Served, shot
 from tests.web.test_browser import ask, sign_in
 
@@ -348,6 +351,51 @@ def test_an_answer_trial_and_a_golden_check_on_the_timeline_show_what_they_measu
     expect(accuracy.locator("td").last).to_have_text("passes")
     shot(page, "10b-admin-answer-trial", element=entries.filter(has_text="action:web-answer-trial"))
     shot(page, "10c-admin-golden-check", element=entries.filter(has_text="action:web-golden-check"))
+
+
+def test_a_retrieval_refit_on_the_timeline_shows_its_grid_and_its_top_k(page: Any, served: Served) -> None:
+    """The refit's evidence as the ranking action writes it (`FusionFit.to_json`, `TopKFit.to_json`):
+    every mode and weight with its MRR, the fitted one marked, the held-out gain with its p and
+    whether it is shown; the top-k curve with the serving and the fitted k."""
+    tuples = [RankingTuple(query=f"q{i}", chunk_id=f"c{i}", rank=7, score=0.8) for i in range(30)]
+
+    def dense_helps(cfg: Any, query: str, chunk_ids: Any) -> list[float]:
+        w = cfg.fusion.dense_weight
+        return [1.0 if w >= 0.8 else (0.5 if int(query[1:]) % 3 else 0.1) for _ in chunk_ids]
+
+    def third_for_odd(cfg: Any, query: str, chunk_ids: Any) -> list[float]:
+        return [1 / 3 if int(query[1:]) % 2 else 1.0 for _ in chunk_ids]
+
+    fit = fit_fusion(tuples, K1.retrieval, dense_helps)
+    k_fit = fit_top_k(tuples, K1.retrieval.model_copy(update={"k": 2}), third_for_odd)
+    assert fit.improves and fit.dense_weight == 0.8 and k_fit.improves and k_fit.fitted == 3
+    with Store.open(served.db_url) as st:
+        st.audit.record(
+            RANKING_REFIT,
+            triggered_by="action:web-retrieval-refit",
+            evidence={"domain": "default", "tuples": 30, "fit": fit.to_json(), "top_k": k_fit.to_json()},
+        )
+    sign_in(page, served.admin, "/admin#timeline")
+    entry = page.locator("#timeline > li").filter(has_text="action:web-retrieval-refit")
+    grid = entry.locator("table.retrieval")
+    expect(grid.locator("tbody tr")).to_have_count(13)  # 11 fusion weights, dense, BM25
+    expect(grid.locator("caption")).to_contain_text("30 diagnosed queries (30 failures)")
+    g = fit.to_json()["held_out_gain"]
+    assert 0 < g["p"] < 0.0001  # 30 queries that all gain: shown as a bound, not as 0.0000
+    gain = f"+{g['value']:.3f} [+{g['lo']:.3f}, +{g['hi']:.3f}], one-sided p < 0.0001"
+    expect(grid.locator("caption")).to_contain_text(f"Held-out gain in reciprocal rank {gain}")
+    expect(grid.locator("caption")).to_contain_text("above 0 and p ≤ 0.025: shown.")
+    fitted = grid.locator('tr[data-mode="hybrid"][data-weight="0.8"]')
+    expect(fitted).to_have_class(re.compile(r"\bchosen\b"))
+    expect(fitted).to_contain_text("1.000")
+    expect(grid.locator("tr.chosen")).to_have_count(1)
+    top_k = entry.locator("table.top-k")
+    expect(top_k.locator("caption")).to_contain_text("serving k 2, fitted k 3")
+    expect(top_k.locator('tr[data-k="2"]')).to_contain_text("50.0%")
+    expect(top_k.locator('tr[data-k="2"] td').last).to_have_text("serving")
+    expect(top_k.locator('tr[data-k="3"]')).to_have_class(re.compile(r"\bchosen\b"))
+    expect(top_k.locator('tr[data-k="3"]')).to_contain_text("100.0%")
+    shot(page, "10d-admin-retrieval-refit", element=entry)
 
 
 def test_regression_runs_and_the_golden_set(page: Any, served: Served) -> None:

@@ -123,6 +123,8 @@ class FusionFit:
             },
             "queries": self.queries,
             "grid": self.grid,
+            "improves": self.improves,
+            "p_level": ONE_SIDED,
         }
 
 
@@ -277,7 +279,7 @@ class RankingBufferAction(Remediation[RankingPayload]):
             pipeline_version_before=ctx.config.version_id,
             pipeline_version_after=candidate,
         )
-        verdict = f"candidate {candidate} ({over})" if candidate else "no candidate (gain intervals include 0)"
+        verdict = f"candidate {candidate} ({over})" if candidate else "no candidate (no held-out gain shown)"
         return AppliedChange(
             kind=self.kind,
             effect=Effect.CANDIDATE if candidate else Effect.RECORD,

@@ -62,6 +62,8 @@ class TopKFit:
             },
             "queries": self.queries,
             "curve": {str(k): round(v, 6) for k, v in self.curve.items()},
+            "improves": self.improves,
+            "p_level": ONE_SIDED,
         }
 
 

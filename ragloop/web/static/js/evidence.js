@@ -17,6 +17,11 @@ function ptText(v) {
   return num(v) === null ? "–" : `${v >= 0 ? "+" : "−"}${Math.abs(100 * v).toFixed(1)} pt`;
 }
 
+function pText(p) {
+  if (num(p) === null) return "–";
+  return p > 0 && p < 0.0001 ? "< 0.0001" : fmt(p, 4);
+}
+
 function gainText(diff, lo, hi) {
   return `${ptText(diff)} [${ptText(lo)}, ${ptText(hi)}]`;
 }
@@ -59,8 +64,8 @@ export function chunkingTable(ev) {
       el("td", { text: `${pctText(g.before)} → ${pctText(g.after)}` }),
       el("td", { text: gainText(g.diff, g.lo, g.hi) }),
       el("td", { text: String(g.n ?? "–") }),
-      el("td", { text: num(g.p) === null ? "–" : fmt(g.p, 4) }),
-      el("td", { text: num(t.p_family) === null ? "–" : fmt(t.p_family, 4) }),
+      el("td", { text: pText(g.p) }),
+      el("td", { text: pText(t.p_family) }),
       el("td", { text: t.qualifies ? (picked ? "yes: the candidate" : "yes") : "no" }),
     );
   });
@@ -117,4 +122,53 @@ export function goldenTable(golden) {
     );
   });
   return table("golden", caption, head, rows);
+}
+
+
+function signed(v) {
+  return num(v) === null ? "–" : `${v >= 0 ? "+" : "−"}${Math.abs(v).toFixed(3)}`;
+}
+
+// "<what> +0.431 [+0.194, +0.680], one-sided p 0.0044; ...: shown."; `points`: the gain is a share
+function goesText(fit, what, points) {
+  const g = fit.held_out_gain || fit.gain || {};
+  const level = num(fit.p_level);
+  const gain = points ? gainText(g.value, g.lo, g.hi) : `${signed(g.value)} [${signed(g.lo)}, ${signed(g.hi)}]`;
+  return `${what} ${gain}, one-sided p ${pText(g.p)}; a gain is shown when its 95% interval lies above 0` +
+    `${level !== null ? ` and p ≤ ${level}` : ""}: ${fit.improves === undefined ? "–" : fit.improves ? "shown" : "not shown"}.`;
+}
+
+// A retrieval refit: every mode and fusion weight by the oracle chunks' mean reciprocal rank, the gain
+// of the chosen one measured on the queries it was not chosen on, then the top k by hit rate.
+export function retrievalTable(ev) {
+  const fit = ev.fit;
+  const rerank = fit.grid.some((g) => num(g.rerank_weight) !== null);
+  const caption = `Retrieval modes and fusion weights on ${fit.queries ?? "?"} diagnosed queries` +
+    `${num(ev.tuples) !== null ? ` (${ev.tuples} failures)` : ""}, by the mean reciprocal rank of the chunks the ` +
+    "oracle needed (chosen on one half of the queries, its gain measured on the other, and the other way round). " +
+    goesText(fit, "Held-out gain in reciprocal rank", false);
+  const head = ["mode", "dense weight", ...(rerank ? ["rerank weight"] : []), "MRR", "fitted"];
+  const rows = fit.grid.map((g) => {
+    const picked = g.mode === fit.mode && g.dense_weight === fit.dense_weight && (g.rerank_weight ?? null) === (fit.rerank_weight ?? null);
+    return el("tr", { class: picked ? "chosen" : "", dataset: { mode: String(g.mode), weight: String(g.dense_weight) } },
+      el("td", { text: String(g.mode) }),
+      el("td", { text: g.mode === "hybrid" ? fmt(g.dense_weight, 1) : "–" }),
+      ...(rerank ? [el("td", { text: num(g.rerank_weight) === null ? "–" : fmt(g.rerank_weight, 1) })] : []),
+      el("td", { text: fmt(g.mrr, 3) }),
+      el("td", { text: picked ? "yes" : "" }),
+    );
+  });
+  const parts = [table("retrieval", caption, head, rows)];
+  const k = ev.top_k;
+  if (k && k.curve && typeof k.curve === "object") {
+    const kCaption = `Top k on the ${k.queries ?? "?"} queries: share whose needed chunk ranks within k, serving k ` +
+      `${k.current}, fitted k ${k.fitted} (the knee of the curve). ${goesText(k, "Gain in hit rate", true)}`;
+    const kRows = Object.entries(k.curve).map(([kk, hit]) => {
+      const mark = Number(kk) === k.fitted ? "fitted" : Number(kk) === k.current ? "serving" : "";
+      return el("tr", { class: Number(kk) === k.fitted ? "chosen" : "", dataset: { k: kk } },
+        el("td", { text: kk }), el("td", { text: pctText(hit) }), el("td", { text: mark }));
+    });
+    parts.push(table("top-k", kCaption, ["k", "hit rate", ""], kRows));
+  }
+  return el("div", {}, ...parts);
 }

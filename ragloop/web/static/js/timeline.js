@@ -6,7 +6,7 @@
 import { chart, extent, fitWidth, fmt, s, scale } from "./charts.js";
 import { confirmAction } from "./confirm.js";
 import { $, clear, el, fmtTime } from "./dom.js";
-import { chunkingTable, goldenTable, num, variantsTable } from "./evidence.js";
+import { chunkingTable, goldenTable, num, retrievalTable, variantsTable } from "./evidence.js";
 
 const PAGE = 25;
 const KINDS = [
@@ -201,6 +201,7 @@ function renderList(entries) {
     if (Array.isArray(e.evidence?.trials)) item.append(chunkingTable(e.evidence));
     if (Array.isArray(e.evidence?.trial?.variants)) item.append(variantsTable(e.evidence.trial));
     if (Array.isArray(e.evidence?.golden?.metrics)) item.append(goldenTable(e.evidence.golden));
+    if (Array.isArray(e.evidence?.fit?.grid)) item.append(retrievalTable(e.evidence));
     if (e.refers_to) item.append(el("p", { class: "muted small", text: `follows up entry ${e.refers_to}` }));
     const evidence = el("details", {}, el("summary", { text: "Evidence" }), el("pre", { class: "evidence", text: JSON.stringify(e.evidence, null, 2) }));
     item.append(evidence);
