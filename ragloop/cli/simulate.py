@@ -99,6 +99,8 @@ def simulate(
 
     if start not in ("defaults", "degraded"):
         fail("--start must be defaults or degraded")
+    if not postgres and (postgres_url or redis_url):
+        fail("--postgres-url and --redis-url take effect with --postgres")
     if dataset not in ("squad", "mtrag", "both"):
         fail("--dataset must be squad, mtrag or both")
     for p in (squad, mtrag):

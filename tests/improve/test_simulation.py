@@ -188,3 +188,6 @@ def test_an_unreachable_postgresql_is_named_before_any_arm_starts(tmp_path: Path
     cmd += ["--postgres-url", "postgresql+psycopg://postgres@127.0.0.1:1/postgres", "--out", str(tmp_path / "out")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "--postgres: OperationalError" in proc.stderr, proc.stderr[-1000:]
+    alone = [sys.executable, "-m", "ragloop", "improve", "simulate", "--redis-url", "redis://127.0.0.1:1"]
+    proc = subprocess.run(alone, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "take effect with --postgres" in proc.stderr, proc.stderr[-1000:]
