@@ -91,17 +91,21 @@ def _rows(
     *,
     passages: bool,
     docs: Set[str] | None = None,
+    document_overrides: bool = True,
 ) -> VariantRows:
     """Every registered file of `primary` chunked with `config` (only the documents `docs`, when
     given), and the vectors: reused where a current generation of `variant` or `primary` holds the
     same indexed text, embedded otherwise. `passages`: also cache the scorers' passage vectors of new
-    chunks (for an index that will serve)."""
+    chunks (for an index that will serve). `document_overrides=False`: every document at `config`'s
+    size, none at its per-document re-chunk's."""
     registry = primary.registry
     files = registry.files()
     size = config.chunking.size
-    overrides = {k: o for k, o in registry.document_overrides().items() if o.size > size}
-    if variant is not None and variant.exists():
-        overrides.update(variant.registry.document_overrides())
+    overrides = {}
+    if document_overrides:
+        overrides = {k: o for k, o in registry.document_overrides().items() if o.size > size}
+        if variant is not None and variant.exists():
+            overrides.update(variant.registry.document_overrides())
     chunking = registry.chunking_for(config.chunking, overrides)
     headings = config.retrieval.index_headings
     chunks: list[Chunk] = []
@@ -145,19 +149,24 @@ def _rows(
 
 
 def preview_variant(
-    primary: Collection, config: PipelineConfig, *, focus: Set[str] | None = None, rest: Collection | None = None
+    primary: Collection,
+    config: PipelineConfig,
+    *,
+    focus: Set[str] | None = None,
+    rest: Collection | None = None,
+    document_overrides: bool = True,
 ) -> DerivedCollection:
     """`primary`'s sources chunked as `config` says, in memory: what a chunking candidate is measured
     on before it is registered. Only chunking may differ (the preview reads with the primary's
     lexical settings and embedder). With `focus` (document ids), only those documents are re-chunked
     and embedded; every other one keeps its chunks and vectors in `rest` (default `primary`; the
     index that serves now), so a fit pays for the documents its questions' hits come from, not the
-    whole collection."""
+    whole collection. `document_overrides=False`: the focus without its per-document re-chunks."""
     m = primary.load().manifest
     if m.embedder != config.retrieval.dense.embedder or m.index_headings != config.retrieval.index_headings:
         raise ValueError("a variant preview changes chunking only; the embedder and headings must match")
     with ExitStack() as stack:
-        rows = _rows(primary, config, None, stack, passages=False, docs=focus)
+        rows = _rows(primary, config, None, stack, passages=False, docs=focus, document_overrides=document_overrides)
     chunks, vectors = rows.chunks, rows.vectors
     if focus is not None:
         kept = Collection.load(rest or primary)  # not a variant's own load: the serving index is read as it is

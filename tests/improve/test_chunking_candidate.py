@@ -218,10 +218,34 @@ def test_the_pool_is_the_serving_versions_and_no_size_that_cannot_gain_is_regist
     assert change.notes[0].evidence["chosen_size"] is None
     assert change.summary.endswith("no candidate (no size qualified)")
     assert change.notes[0].evidence["documents"] == 2
-    [kwargs] = previewed
+    serving, grown = previewed  # the serving size is previewed like the sizes it is compared with
+    for kwargs in (serving, grown):
+        assert kwargs["focus"] == serving["focus"] and kwargs["document_overrides"] is False
     assert {"harbour.md", "tram.md"} <= kwargs["focus"] and kwargs["rest"] is ctx.collections("kb")
     assert change.notes[0].evidence["focus"] == {"documents": len(kwargs["focus"]), "of": 3}
     assert not any(v.created_by == "remediation:chunking_buffer" for v in store.pipelines.list_versions())
+
+
+def test_a_document_re_chunked_for_its_own_failure_still_counts_for_the_size(coll: Collection, store: Store) -> None:
+    """harbour.md was re-chunked (400) for its failures before the fit ran: on the patched index its
+    four questions look fixed at every size, and 307 would gain on tram.md's four alone (p = 1/16,
+    nothing qualifies). The fit compares the sizes on the focus without per-document re-chunks, so
+    all eight failures say what 307 does for documents no failure has named: the candidate is 307.
+    The patch keeps serving."""
+    k2 = SMALL.with_overrides(retrieval={"k": 2})
+    for doc_id, asked in (("harbour.md", QUESTIONS["harbour.md"][0]), *POOLED):
+        _chunking_failure(store, doc_id, k2.version_id, question=asked)
+    rechunk_document(coll, "harbour.md", DocumentOverride("harbour.md", 400, 0, "test"), SMALL)
+    assert _whole(coll, SENTENCE) and not _whole(coll, SECOND)
+    spec = ActionSpec(
+        action_id="z", kind=ActionKind.CHUNKING_BUFFER, component="chunking_buffer:kb", payload={"collection": "kb"}
+    )
+    ctx = context(store, coll, ManualClock(), config=k2, chunking_buffer_size=2, chunking_steps=2, paraphrases=False)
+    change = ChunkingBufferAction(spec).apply(ctx)
+    trials = change.notes[0].evidence["trials"]
+    assert [(t["size"], t["gain"]["before"], t["gain"]["after"]) for t in trials] == [(192, 0.0, 0.5), (307, 0.0, 1.0)]
+    assert change.notes[0].evidence["chosen_size"] == 307 and change.candidate_version is not None
+    assert _whole(coll, SENTENCE)  # the serving index keeps its re-chunk
 
 
 def test_a_preview_matches_the_variant_it_would_become(coll: Collection) -> None:

@@ -18,6 +18,11 @@ documents the fit runs:
   A larger chunk's vector is close to the mean of its parts', so a document none of whose chunks
   comes near a question's top k rarely enters it at another size; embedding the whole collection
   four times took minutes of a busy 2-core machine's worker (MTRAG-UN: the focus is ~20% of it).
+  The serving size is previewed the same way, and every size on the focus *without* its
+  per-document re-chunks: a re-chunk that fixed a pooled failure fixed that one document, and
+  scored on the patched index the failure looked fixed at every size, so the evidence of what the
+  size does for the documents no failure has named yet shrank as the patches grew (a PostgreSQL
+  run's pool: 3 of 15 failures already whole at serving, then 7 of 17 a day later).
 - A size qualifies when the paired bootstrap interval of its gain over the serving index lies above
   zero, at 95% Bonferroni-corrected for the sizes tried, and the exact sign-flip test, family-wise
   over the sizes by its max statistic (`stats.sign_flip_max_gain_p`), gives one-sided p <= 0.025:
@@ -43,6 +48,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ragloop.config import PipelineConfig
 from ragloop.evaluation.stats import DEFAULT_SEED, sign_flip_max_gain_p
 from ragloop.improve.remediation.base import (
     AppliedChange,
@@ -244,13 +250,18 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
         items = self.buffer(ctx)
         serving = ctx.collections(p.collection)
         primary = serving.primary if isinstance(serving, IndexVariant) else serving  # where the sources are
-        before = self.scores(ctx, items, None)
         focus = self.focus(ctx, items)
         sizes = self.sizes(ctx)
-        afters = []
-        for size, overlap in sizes:
-            cfg = ctx.config.with_overrides(chunking={"size": size, "overlap": overlap})
-            afters.append(self.scores(ctx, items, preview_variant(primary, cfg, focus=focus, rest=serving)))
+
+        def at(cfg: PipelineConfig) -> list[float]:
+            # every size, the serving one too, on the focus without its per-document re-chunks: a
+            # re-chunk that fixed a pooled failure fixed that document only, and would otherwise hide
+            # from the fit what the size does for the documents no failure has named yet
+            preview = preview_variant(primary, cfg, focus=focus, rest=serving, document_overrides=False)
+            return self.scores(ctx, items, preview)
+
+        before = at(ctx.config)
+        afters = [at(ctx.config.with_overrides(chunking={"size": s, "overlap": o})) for s, o in sizes]
         trials = size_trials(sizes, before, afters, resamples=ctx.settings.resamples, seed=ctx.settings.seed)
         best = chosen(trials)
         candidate = None
