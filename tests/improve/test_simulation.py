@@ -166,20 +166,23 @@ def test_a_short_run_on_postgresql_and_redis(tmp_path: Path) -> None:
     assert json.loads(results.read_text())["meta"]["backend"] == "postgres"
     # what the service stored is in the arm's own database: the answers it served, the golden set
     engine = create_engine(make_url(pg).set(database="ragloop_sim_0"))
+    client = redis.Redis.from_url(f"{server}/10")
     try:
         with engine.connect() as conn:
             answers = conn.execute(text("SELECT count(*) FROM answers")).scalar_one()
             golden = conn.execute(text("SELECT count(*) FROM golden_set_entries")).scalar_one()
-    finally:
-        engine.dispose()
-    assert answers >= 12 and golden == 6
-    client = redis.Redis.from_url(f"{server}/10")
-    try:
+        assert answers >= 12 and golden == 6
         # the service's Redis-backed state went there: rate limits, and tier 1's cache of the answers it scored
         prefixes = {k.decode().rsplit(":", 1)[0] for k in client.scan_iter(count=1000)}
         assert {"ragloop:ratelimit", "ragloop:tier1"} <= prefixes
-    finally:
+    finally:  # leave the servers as the test found them
+        engine.dispose()
+        client.flushdb()
         client.close()
+        admin = create_engine(pg, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text('DROP DATABASE IF EXISTS "ragloop_sim_0" WITH (FORCE)'))
+        admin.dispose()
 
 
 def test_an_unreachable_postgresql_is_named_before_any_arm_starts(tmp_path: Path) -> None:
