@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -162,6 +163,22 @@ def test_tau_lower_is_raised_on_a_few_labels_when_refusing_clearly_helps() -> No
     assert 0.48 < fit.fitted <= 0.6  # above every unanswerable score (max 0.487), below every answerable one
     assert fit.accuracy_before == pytest.approx(12 / 30) and fit.accuracy_after == pytest.approx(27 / 30)
     assert fit.lo > 0 and fit.cv_lo > 0 and fit.false_refusal_increase == 0.0
+
+
+def test_the_fit_records_every_tau_it_chose_from_as_ranges_with_their_verdicts() -> None:
+    fit = fit_tau_lower(_squad_like(), current=0.3)
+    taus = fit.to_json()["taus"]
+    assert taus[0]["tau_from"] == 0.0 and taus[-1]["tau_to"] == 1.0
+    assert all(round(b["tau_from"] - a["tau_to"], 2) == 0.01 for a, b in itertools.pairwise(taus))
+    assert len(taus) < 40  # 30 labelled scores: neighbouring grid points that refuse the same answers merge
+    fitted = next(r for r in taus if r["tau_from"] <= fit.fitted <= r["tau_to"])
+    assert fitted["qualifies"] and fitted["gain"] == pytest.approx(fit.gain) and fitted["lo"] == pytest.approx(fit.lo)
+    assert not any(r["qualifies"] for r in taus if r["tau_to"] <= 0.3)  # the serving τL gains nothing on itself
+    refusing_answerable = [r for r in taus if r["tau_from"] > 0.61]
+    assert refusing_answerable and not any(r["qualifies"] for r in refusing_answerable)
+    assert all(r["false_refusal_increase"] > 0.05 for r in refusing_answerable)
+    strict = fit_tau_lower(_squad_like(), current=0.3, max_false_refusal=0.01).to_json()
+    assert strict["max_false_refusal"] == 0.01 and fit.to_json()["improves"]
 
 
 def test_no_raise_when_refusing_more_costs_answerable_questions() -> None:

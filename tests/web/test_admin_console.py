@@ -10,6 +10,8 @@ phone width. `RAGLOOP_UI_SCREENSHOTS=1` saves each page under benchmarks/results
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +23,7 @@ from ragloop.config import Settings
 from ragloop.experiments.auto import REFUSED, golden_verdict
 from ragloop.experiments.off_policy import TRIAL_ACTION
 from ragloop.experiments.regression import Answered, compare_paired, run_regression
+from ragloop.improve import recalibration as rc
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.remediate import run_pass
@@ -28,8 +31,11 @@ from ragloop.improve.remediation.chunking import REFIT_ACTION, size_trials, tria
 from ragloop.improve.remediation.prompts import PromptTrial, VariantResult
 from ragloop.improve.remediation.ranking import REFIT_ACTION as RANKING_REFIT
 from ragloop.improve.remediation.ranking import RankingTuple, fit_fusion
+from ragloop.improve.remediation.thresholds import GateSample, fit_tau_lower
+from ragloop.improve.remediation.tier1 import refit as tier1_refit
 from ragloop.improve.remediation.topk import fit_top_k
 from ragloop.improve.scheduler import Policy
+from ragloop.improve.tier1 import FEATURES, PRIOR
 from ragloop.models.scoring import LexicalScorer
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
@@ -396,6 +402,69 @@ def test_a_retrieval_refit_on_the_timeline_shows_its_grid_and_its_top_k(page: An
     expect(top_k.locator('tr[data-k="3"]')).to_have_class(re.compile(r"\bchosen\b"))
     expect(top_k.locator('tr[data-k="3"]')).to_contain_text("100.0%")
     shot(page, "10d-admin-retrieval-refit", element=entry)
+
+
+def test_a_threshold_refit_and_a_tier1_refit_on_the_timeline_show_what_they_chose_from(
+    page: Any, served: Served
+) -> None:
+    """A τL refit's evidence as the threshold action writes it (`TauFit.to_json`): the grid as τ
+    ranges, every 0.1 shown with its gain and false-refusal increase, the serving and fitted τ marked;
+    a tier-1 refit's (`tier1.refit`): both models' held-out agreement and routing share."""
+    samples = [GateSample(score=0.30 + 0.2 * i / 15, answer_right=0.0, refusal_right=1.0) for i in range(15)]
+    samples += [
+        GateSample(score=0.60 + 0.35 * i / 15, answer_right=float(i % 5 != 0), refusal_right=0.0) for i in range(15)
+    ]
+    fit = fit_tau_lower(samples, current=0.3)
+    assert fit.improves and 0.48 < fit.fitted <= 0.6
+    rng = random.Random(3)
+    at = datetime(2026, 3, 2, tzinfo=UTC)
+    labels = []
+    for i in range(300):
+        f: dict[str, float | None] = {k: round(rng.random(), 4) for k in FEATURES}
+        f["refused"] = 0.0
+        labels.append(rc.Label(f"a{i}", f, float(f["support"] or 0.0), 1.0, rc.LabelSource.JUDGE, at))
+    model, tier1 = tier1_refit(labels, PRIOR, resamples=300)
+    assert model is not None and tier1["decision"] == "replaced"
+    with Store.open(served.db_url) as st:
+        st.audit.record(
+            "threshold_refit",
+            triggered_by="action:web-tau-refit",
+            evidence={"domain": "default", "fit": fit.to_json(), "candidate_version": None},
+        )
+        st.audit.record("tier1_refit", triggered_by="action:web-tier1-refit", evidence=tier1)
+    sign_in(page, served.admin, "/admin#timeline")
+    entries = page.locator("#timeline > li")
+    taus = entries.filter(has_text="action:web-tau-refit").locator("table.taus")
+    caption = taus.locator("caption")
+    expect(caption).to_contain_text("30 labelled answers, serving τ 0.30")
+    expect(caption).to_contain_text("refuses at most 5 pt more of the answerable ones")
+    expect(caption).to_contain_text(f"fitted ({fit.fitted:.2f})")
+    expect(caption).to_contain_text("above 0 too: a candidate.")
+    rows = fit.to_json()["taus"]
+    tenths = [r for r in rows if math.floor(r["tau_to"] * 10 + 1e-9) >= math.ceil(r["tau_from"] * 10 - 1e-9)]
+    expect(caption).to_contain_text(f"{sum(r['qualifies'] for r in rows)} of {len(rows)} ranges qualify")
+    fitted = taus.locator("tr.chosen")
+    expect(fitted).to_have_count(1)
+    expect(fitted.locator("td").last).to_have_text("fitted")
+    expect(fitted.locator("td").nth(4)).to_have_text("yes")
+    expect(fitted.locator("td").nth(1)).to_have_text(f"{100 * fit.accuracy_after:.1f}%")
+    serving = taus.locator("tbody tr").filter(has_text="serving")
+    expect(serving).to_have_count(1)
+    expect(serving.locator("td").nth(4)).to_have_text("no")
+    assert taus.locator("tbody tr").count() >= len(tenths) and taus.locator("tbody tr").count() < len(rows)
+    top = taus.locator("tbody tr").last  # τ up to 1.0 refuses every answerable answer
+    expect(top.locator("td").nth(3)).to_contain_text("+100.0 pt")
+    shot(page, "10e-admin-threshold-refit", element=entries.filter(has_text="action:web-tau-refit"))
+
+    t1 = entries.filter(has_text="action:web-tier1-refit").locator("table.tier1")
+    expect(t1.locator("caption")).to_contain_text(f"judged on {tier1['held_out']['labels']} labels (")
+    expect(t1.locator("caption")).to_contain_text("at least 0.87 and its gain's 95% interval lies above 0")
+    expect(t1.locator("caption")).to_contain_text(": replaced.")
+    a = tier1["agreement_fitted"]
+    expect(t1.locator('tr[data-model="fitted"]')).to_have_class(re.compile(r"\bchosen\b"))
+    expect(t1.locator('tr[data-model="fitted"]')).to_contain_text(f"{100 * a['value']:.1f}% [{100 * a['lo']:.1f}%")
+    expect(t1.locator('tr[data-model="serving"]')).to_contain_text(PRIOR.version)
+    shot(page, "10f-admin-tier1-refit", element=entries.filter(has_text="action:web-tier1-refit"))
 
 
 def test_regression_runs_and_the_golden_set(page: Any, served: Served) -> None:

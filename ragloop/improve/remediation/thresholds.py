@@ -98,6 +98,11 @@ class TauFit:
     direction: str = "none"
     """`raise` (answers become refusals: outcomes known from labels), `lower` (refusals become answers
     nobody saw: their correctness is imputed) or `none`."""
+    max_false_refusal: float = 0.05
+    taus: tuple[dict[str, Any], ...] = ()
+    """What the rule chose from: the grid as ranges of τL that refuse the same samples, each with its
+    expected accuracy, gain over the serving τL and its interval, false-refusal increase and whether
+    it qualifies (an admin reading a "no candidate" needs to see how far each τL fell short)."""
 
     @property
     def improves(self) -> bool:
@@ -116,9 +121,10 @@ class TauFit:
             if isinstance(v, float):
                 v = round(v, 6)
             elif isinstance(v, tuple):
-                v = [round(float(x), 6) for x in v]
+                v = [x if isinstance(x, dict) else round(float(x), 6) for x in v]
             out[k] = v
         out["off_policy"] = self.off_policy
+        out["improves"] = self.improves
         return out
 
 
@@ -139,6 +145,38 @@ class _Trial:
     hi: float
     fr_increase: float
     fr_ci: tuple[float, float]
+
+    def qualifies(self, max_fr: float) -> bool:
+        return self.lo > 0.0 and self.fr_increase <= max_fr + 1e-12
+
+    def outcome(self) -> tuple[float, ...]:
+        return (self.accuracy, self.gain, self.lo, self.hi, self.fr_increase, *self.fr_ci)
+
+
+def _ranges(trials: Sequence[_Trial], max_fr: float) -> tuple[dict[str, Any], ...]:
+    """Neighbouring grid points with the same outcome, merged into one τL range (the grid is fine, the
+    labelled scores are few: 101 points are a dozen distinct outcomes)."""
+    out: list[dict[str, Any]] = []
+    prev: tuple[float, ...] | None = None
+    for t in trials:
+        if t.outcome() == prev:
+            out[-1]["tau_to"] = t.tau
+            continue
+        prev = t.outcome()
+        out.append(
+            {
+                "tau_from": t.tau,
+                "tau_to": t.tau,
+                "accuracy": round(t.accuracy, 6),
+                "gain": round(t.gain, 6),
+                "lo": round(t.lo, 6),
+                "hi": round(t.hi, 6),
+                "false_refusal_increase": round(t.fr_increase, 6),
+                "false_refusal_increase_ci": [round(x, 6) for x in t.fr_ci],
+                "qualifies": t.qualifies(max_fr),
+            }
+        )
+    return tuple(out)
 
 
 def _trials(
@@ -181,17 +219,20 @@ def _trials(
 CV_FOLDS = 5
 
 
-def _select(
-    scores: np.ndarray, rights: np.ndarray, current: float, grid: Sequence[float], idx: np.ndarray, max_fr: float
-) -> _Trial | None:
+def _pick(trials: Sequence[_Trial], current: float, max_fr: float) -> _Trial | None:
     """The fit's rule: raises first, then lowerings; among τ whose gain interval lies above 0 and whose
     false-refusal increase is at most `max_fr`, the most accurate (ties: the closest to `current`)."""
-    trials = _trials(scores, rights, current, grid, idx)
     for side in ([t for t in trials if t.tau > current], [t for t in trials if t.tau < current]):
-        ok = [t for t in side if t.lo > 0.0 and t.fr_increase <= max_fr + 1e-12]
+        ok = [t for t in side if t.qualifies(max_fr)]
         if ok:
             return max(ok, key=lambda t: (t.accuracy, -abs(t.tau - current)))
     return None
+
+
+def _select(
+    scores: np.ndarray, rights: np.ndarray, current: float, grid: Sequence[float], idx: np.ndarray, max_fr: float
+) -> _Trial | None:
+    return _pick(_trials(scores, rights, current, grid, idx), current, max_fr)
 
 
 def _cross_fitted(
@@ -259,9 +300,12 @@ def fit_tau_lower(
     base_correct, _ = _outcomes(scores, rights, current)
     best: _Trial | None = None
     cv = (0.0, 0.0, 0.0)
+    taus: tuple[dict[str, Any], ...] = ()
     if n > 1:
         idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-        best = _select(scores, rights, current, grid, idx, max_false_refusal)
+        trials = _trials(scores, rights, current, grid, idx)
+        taus = _ranges(trials, max_false_refusal)
+        best = _pick(trials, current, max_false_refusal)
         if best is not None:
             cv = _cross_fitted(scores, rights, current, grid, max_false_refusal, resamples=resamples, seed=seed)
     fitted = current if best is None else best.tau
@@ -285,6 +329,8 @@ def fit_tau_lower(
         false_refusal_increase=0.0 if best is None else best.fr_increase,
         false_refusal_increase_ci=(0.0, 0.0) if best is None else best.fr_ci,
         direction="none" if best is None else ("raise" if fitted > current else "lower"),
+        max_false_refusal=max_false_refusal,
+        taus=taus,
     )
 
 

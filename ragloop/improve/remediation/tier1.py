@@ -69,6 +69,7 @@ def refit(
             if replace
             else f"held-out agreement {new.value:.3f} (bar {replace_at}), gain {gain:+.3f} [{lo:+.3f}, {hi:+.3f}]"
         ),
+        "replace_at": replace_at,
         "fitted": model.to_json(),
         "serving": serving.version,
         "train": {"labels": len(train), "sources": rc.sources_of(train)},

@@ -172,3 +172,70 @@ export function retrievalTable(ev) {
   }
   return el("div", {}, ...parts);
 }
+
+function tauText(r) {
+  return r.tau_from === r.tau_to ? fmt(r.tau_from, 2) : `${fmt(r.tau_from, 2)}–${fmt(r.tau_to, 2)}`;
+}
+
+const within = (r, tau) => num(tau) !== null && r.tau_from <= tau + 1e-9 && tau <= r.tau_to + 1e-9;
+// does the range hold a multiple of 0.1 (the rows a reader scans; the rest stay in the evidence)
+const onTenth = (r) => Math.floor(r.tau_to * 10 + 1e-9) >= Math.ceil(r.tau_from * 10 - 1e-9);
+
+// A refusal-threshold refit (τL, or an answer check's τ): the grid as ranges of τ that refuse the same
+// labelled answers, each with its expected accuracy, gain and false-refusal increase, the serving and
+// the fitted τ marked; every 0.1 is shown, the full grid stays in the evidence.
+export function tauTable(fit) {
+  const rows = fit.taus.filter((r) => onTenth(r) || within(r, fit.current) || within(r, fit.fitted));
+  const qualified = fit.taus.filter((r) => r.qualifies).length;
+  const fr = num(fit.max_false_refusal) !== null && fit.max_false_refusal < 1
+    ? ` and it refuses at most ${(100 * fit.max_false_refusal).toFixed(0)} pt more of the answerable ones`
+    : "";
+  const cv = `cross-fitted gain ${gainText(fit.cv_gain, fit.cv_lo, fit.cv_hi)}`;
+  const verdict = fit.improves === undefined ? "" : fit.improves ? ": a candidate" : ": no candidate";
+  const caption = `Refusal threshold refit on ${fit.n ?? "?"} labelled answers, serving τ ${fmt(fit.current, 2)}. ` +
+    `A τ qualifies when its accuracy gain's 95% interval lies above 0${fr}; raises are tried before lowerings, ` +
+    `the most accurate qualifying τ is fitted (${fmt(fit.fitted, 2)}), and a candidate needs its ${cv} above 0 too` +
+    `${verdict}. ${qualified} of ${fit.taus.length} ranges qualify; shown: every 0.1, the serving and the fitted τ.`;
+  const head = ["τ", "expected accuracy", "gain [95% interval]", "more answerable refused [95% interval]", "qualifies", ""];
+  const body = rows.map((r) => {
+    const fitted = within(r, fit.fitted) && fit.fitted !== fit.current;
+    const mark = [within(r, fit.current) ? "serving" : "", fitted ? "fitted" : ""].filter(Boolean).join(", ");
+    const ci = r.false_refusal_increase_ci || [null, null];
+    return el("tr", { class: fitted ? "chosen" : "", dataset: { tau: String(r.tau_from) } },
+      el("td", { text: tauText(r) }),
+      el("td", { text: pctText(r.accuracy) }),
+      el("td", { text: gainText(r.gain, r.lo, r.hi) }),
+      el("td", { text: gainText(r.false_refusal_increase, ci[0], ci[1]) }),
+      el("td", { text: r.qualifies ? "yes" : "no" }),
+      el("td", { text: mark }),
+    );
+  });
+  return table("taus", caption, head, body);
+}
+
+function sourcesText(part) {
+  const sources = Object.entries((part && part.sources) || {}).map(([k, v]) => `${v.labels} ${k}`);
+  return `${part?.labels ?? "?"} labels${sources.length ? ` (${sources.join(", ")})` : ""}`;
+}
+
+// A tier-1 refit: the serving and the fitted model's agreement with held-out labels, and the share of
+// answers each would route to tier 2 as low-scoring.
+export function tier1Table(ev) {
+  const g = ev.agreement_gain || {};
+  const bar = num(ev.replace_at) !== null ? ` is at least ${fmt(ev.replace_at, 2)} and` : "";
+  const caption = `Tier-1 refit on ${sourcesText(ev.train)}, judged on ${sourcesText(ev.held_out)} held out. ` +
+    `The fitted model replaces the serving one when its three-way agreement with the held-out labels${bar} its ` +
+    `gain's 95% interval lies above 0. Gain ${gainText(g.value, g.lo, g.hi)}: ${ev.decision ?? "–"}.`;
+  const share = ev.routing_share_held_out || {};
+  const head = ["model", "agreement [95% interval]", "answers", `routed to tier 2 as low (score < ${share.threshold ?? "?"})`];
+  const row = (who, version, a, routed) => el("tr", { class: who === "fitted" && ev.decision === "replaced" ? "chosen" : "", dataset: { model: who } },
+    el("td", { class: "mono", text: `${who} ${version ?? ""}` }),
+    el("td", { text: `${pctText(a?.value)} [${pctText(a?.lo)}, ${pctText(a?.hi)}]` }),
+    el("td", { text: String(a?.answers ?? "–") }),
+    el("td", { text: pctText(routed) }),
+  );
+  return table("tier1", caption, head, [
+    row("serving", ev.serving, ev.agreement_serving, share.serving),
+    row("fitted", ev.fitted?.version, ev.agreement_fitted, share.fitted),
+  ]);
+}

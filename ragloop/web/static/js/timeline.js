@@ -6,7 +6,7 @@
 import { chart, extent, fitWidth, fmt, s, scale } from "./charts.js";
 import { confirmAction } from "./confirm.js";
 import { $, clear, el, fmtTime } from "./dom.js";
-import { chunkingTable, goldenTable, num, retrievalTable, variantsTable } from "./evidence.js";
+import { chunkingTable, goldenTable, num, retrievalTable, tauTable, tier1Table, variantsTable } from "./evidence.js";
 
 const PAGE = 25;
 const KINDS = [
@@ -202,6 +202,8 @@ function renderList(entries) {
     if (Array.isArray(e.evidence?.trial?.variants)) item.append(variantsTable(e.evidence.trial));
     if (Array.isArray(e.evidence?.golden?.metrics)) item.append(goldenTable(e.evidence.golden));
     if (Array.isArray(e.evidence?.fit?.grid)) item.append(retrievalTable(e.evidence));
+    if (Array.isArray(e.evidence?.fit?.taus)) item.append(tauTable(e.evidence.fit));
+    if (e.evidence?.agreement_fitted && e.evidence?.agreement_serving) item.append(tier1Table(e.evidence));
     if (e.refers_to) item.append(el("p", { class: "muted small", text: `follows up entry ${e.refers_to}` }));
     const evidence = el("details", {}, el("summary", { text: "Evidence" }), el("pre", { class: "evidence", text: JSON.stringify(e.evidence, null, 2) }));
     item.append(evidence);
