@@ -12,7 +12,9 @@ alternative it is a gain with probability `--gain-share`.
 Rules (each at the family-wise one-sided level 0.025 over four sizes, `SizeTrial.qualifies` today):
 - `percentile`: the Bonferroni-level percentile interval above 0 (stop 31);
 - `bonferroni-exact`: that, and each size's exact sign-flip p <= 0.025 / 4 (stop 32);
-- `max-T`: that interval, and the family-wise p of the max statistic <= 0.025 (`size_trials`).
+- `max-T`: that interval, and the family-wise p of the max statistic <= 0.025 at every look (stop 33);
+- `max-T, spent`: the same, each look held to what the earlier looks left of 0.025, spending its
+  exact test's attained size (`fit_sizes(spent_before=...)`, what the fit does now).
 
     PYTHONPATH=. .venv/bin/python benchmarks/chunking_fit_level.py --weeks 1000
 """
@@ -26,7 +28,7 @@ import numpy as np
 from _common import machine, markdown_table, print_table, write_results
 
 from ragloop.evaluation.stats import proportion_ci
-from ragloop.improve.remediation.chunking import ALPHA, SizeTrial, size_trials
+from ragloop.improve.remediation.chunking import ALPHA, SizeTrial, fit_sizes
 
 LOOKS = (8, 10, 12, 16, 20, 25, 31, 32)
 SIZES = ((320, 48), (512, 77), (819, 123), (1310, 197))
@@ -46,22 +48,30 @@ def pool(rng: np.random.Generator, n: int, differ: float, gain_share: float) -> 
     return before, before + np.stack(diffs)
 
 
+RULES = ("percentile", "bonferroni-exact", "max-T", "max-T, spent")
+
+
 def rules(trials: Sequence[SizeTrial]) -> dict[str, bool]:
     level = ALPHA / 2
     return {
         "percentile": any(t.delta.lo > 0.0 for t in trials),
         "bonferroni-exact": any(t.delta.lo > 0.0 and t.delta.p <= level / len(trials) for t in trials),
-        "max-T": any(t.qualifies for t in trials),
+        "max-T": any(t.delta.lo > 0.0 and t.p_family <= level for t in trials),
+        "max-T, spent": any(t.qualifies for t in trials),
     }
 
 
 def week(rng: np.random.Generator, differ: float, gain_share: float, seed: int) -> dict[str, int | None]:
     """The first look at which each rule qualified some size (None: none did all week)."""
     before, afters = pool(rng, LOOKS[-1], differ, gain_share)
-    first: dict[str, int | None] = dict.fromkeys(("percentile", "bonferroni-exact", "max-T"))
+    first: dict[str, int | None] = dict.fromkeys(RULES)
+    spent = 0.0
     for n in LOOKS:
-        trials = size_trials(SIZES, before[:n].tolist(), afters[:, :n].tolist(), resamples=1000, seed=seed)
-        for rule, hit in rules(trials).items():
+        fit = fit_sizes(
+            SIZES, before[:n].tolist(), afters[:, :n].tolist(), spent_before=spent, resamples=1000, seed=seed
+        )
+        spent += fit.spent
+        for rule, hit in rules(fit.trials).items():
             if hit and first[rule] is None:
                 first[rule] = n
     return first
@@ -80,7 +90,7 @@ def main() -> None:
         for scenario, gain_share in (("null", 0.5), ("gain", args.gain_share)):
             rng = np.random.default_rng(args.seed)
             weeks = [week(rng, differ, gain_share, args.seed + i) for i in range(args.weeks)]
-            for rule in ("percentile", "bonferroni-exact", "max-T"):
+            for rule in RULES:
                 firsts = [f for w in weeks if (f := w[rule]) is not None]
                 est = proportion_ci(len(firsts), len(weeks))
                 median = float(np.median(firsts)) if firsts else None

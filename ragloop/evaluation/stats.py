@@ -17,7 +17,9 @@ honest when the predictions inside an item are correlated.
   it: there the percentile bootstrap is anti-conservative (6 of 17 better and none worse puts its
   98.75% interval above 0, while the exact one-sided p is 1/64 = 0.016).
 - `sign_flip_max_gain_p`: the same test for the best of several alternatives on the same items
-  (a fit's chunk sizes), family-wise by the max statistic rather than Bonferroni.
+  (a fit's chunk sizes), family-wise by the max statistic rather than Bonferroni;
+  `sign_flip_max_gain_test` adds its attained size at a level, what a look at a growing pool
+  spends of an error budget shared by every look.
 - `cohen_kappa` with a bootstrap interval: agreement of two raters beyond chance.
 
 All functions are deterministic for a given seed.
@@ -229,6 +231,24 @@ def sign_flip_max_gain_p(
     does; but alternatives that gain on the same items (chunk sizes 819 and 1310 finding the same
     passages) are not paid for as if independent: with one alternative it is `sign_flip_gain_p`.
     Exact when at most `exact_max` items differ anywhere, else Monte Carlo."""
+    return sign_flip_max_gain_test(before, afters, 0.0, resamples=resamples, seed=seed, exact_max=exact_max)[0]
+
+
+def sign_flip_max_gain_test(
+    before: Sequence[float],
+    afters: Sequence[Sequence[float]],
+    level: float,
+    *,
+    resamples: int = 20_000,
+    seed: int = DEFAULT_SEED,
+    exact_max: int = EXACT_MAX,
+) -> tuple[list[float], float]:
+    """`sign_flip_max_gain_p`'s p-values, and the test's *attained size* at `level`: the null
+    probability, given these items' differences, that some p-value is <= `level`. Exact tests on a
+    few items are discrete (on 5 differing items no p-value is below 1/32), so a look at the data
+    that could not have rejected spends none of an error budget shared by repeated looks, and one
+    that could spends the largest attainable p-value <= `level`, not `level`. Monte Carlo p-values
+    (more than `exact_max` items differ) are taken to spend all of `level`."""
     a = np.asarray(before, dtype=float)
     b = np.asarray(afters, dtype=float)
     if a.ndim != 1 or b.ndim != 2 or b.shape[1] != a.shape[0]:
@@ -238,16 +258,21 @@ def sign_flip_max_gain_p(
     observed = d.sum(axis=1)
     m = d.shape[1]
     if m == 0:
-        return [1.0] * len(b)
+        return [1.0] * len(b), 0.0
     tol = 1e-9 * max(1.0, float(np.abs(d).sum(axis=1).max()))
     if m <= exact_max:
         signs = ((np.arange(2**m)[:, None] >> np.arange(m)) & 1) * 2 - 1
         null_max = (signs @ d.T).max(axis=1)
-        return [1.0 if t <= 0.0 else float(np.mean(null_max >= t - tol)) for t in observed]
+        ordered = np.sort(null_max)
+        values = np.unique(ordered[ordered > 0.0])
+        tails = (len(ordered) - np.searchsorted(ordered, values - tol, side="left")) / len(ordered)
+        size = float(tails[tails <= level].max()) if level > 0.0 and np.any(tails <= level) else 0.0
+        return [1.0 if t <= 0.0 else float(np.mean(null_max >= t - tol)) for t in observed], size
     rng = np.random.default_rng(seed)
     flips = rng.choice(np.array([-1.0, 1.0]), size=(resamples, m))
     null_max = (flips @ d.T).max(axis=1)
-    return [1.0 if t <= 0.0 else float((1 + np.sum(null_max >= t - tol)) / (1 + resamples)) for t in observed]
+    p = [1.0 if t <= 0.0 else float((1 + np.sum(null_max >= t - tol)) / (1 + resamples)) for t in observed]
+    return p, max(0.0, level)
 
 
 def paired_test(

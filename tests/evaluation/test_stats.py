@@ -15,6 +15,7 @@ from ragloop.evaluation.stats import (
     ratio,
     sign_flip_gain_p,
     sign_flip_max_gain_p,
+    sign_flip_max_gain_test,
 )
 
 
@@ -158,3 +159,34 @@ def test_the_gain_test_holds_its_level_beyond_the_exact_range() -> None:
         x, y = rng.random(30), rng.random(30)
         rejected += sign_flip_gain_p(x, y, resamples=2000, seed=i) <= 0.05
     assert 2 <= rejected <= 20  # 10 expected; a test that always or never rejects fails here
+
+
+def test_a_look_spends_the_attained_size_of_its_exact_test_not_its_level() -> None:
+    """On 5 differing items no one-sided p is below 1/32: a look at level 0.025 could not reject and
+    spends nothing. On 7 it rejects only when all 7 gain (1/128); at 0.07 also at 6 of 7 (8/128).
+    Beyond the exact range the whole level is spent."""
+    before = [0.0] * 20
+    five = [[1.0] * 5 + [0.0] * 15]
+    seven = [[1.0] * 7 + [0.0] * 13]
+    assert sign_flip_max_gain_test(before, five, 0.025) == ([1 / 32], 0.0)
+    assert sign_flip_max_gain_test(before, seven, 0.025) == ([1 / 128], 1 / 128)
+    assert sign_flip_max_gain_test(before, seven, 0.07)[1] == pytest.approx(8 / 128)
+    assert sign_flip_max_gain_test(before, seven, 0.0)[1] == 0.0
+    nested, _ = _fit({320: range(1), 512: range(3), 819: range(6), 1310: range(9)})
+    p, size = sign_flip_max_gain_test(nested, _fit({320: range(1), 819: range(6), 1310: range(9)})[1], 0.025)
+    assert min(p) == pytest.approx(11 / 1024) and 11 / 1024 <= size <= 0.025
+    wide = [[1.0] * 17 + [0.0] * 3]
+    assert sign_flip_max_gain_test(before, wide, 0.01, resamples=500)[1] == 0.01
+    assert sign_flip_max_gain_test(before, [[0.0] * 20], 0.025) == ([1.0], 0.0)
+
+
+def test_the_attained_size_is_the_null_rate_of_rejection() -> None:
+    """Checked against the null itself: flipping the signs of 9 differing items (real-valued, three
+    alternatives) at random, the share of patterns where some p-value is <= 0.03 is the size."""
+    rng = np.random.default_rng(2)
+    d = rng.random((3, 9)) + 0.1
+    before = [0.0] * 9
+    _, size = sign_flip_max_gain_test(before, d.tolist(), 0.03)
+    signs = ((np.arange(2**9)[:, None] >> np.arange(9)) & 1) * 2 - 1
+    rejected = [min(sign_flip_max_gain_p(before, (d * s).tolist())) <= 0.03 for s in signs]
+    assert size == pytest.approx(np.mean(rejected)) and 0 < size <= 0.03

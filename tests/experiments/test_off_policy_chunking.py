@@ -13,7 +13,7 @@ from ragloop.config import PipelineConfig
 from ragloop.experiments.auto import AutoExperimentSettings, AutoOutcome, GoldenVerdict, auto_experiment_step
 from ragloop.experiments.off_policy import CHUNKING_ACTION
 from ragloop.experiments.registry import running_experiment
-from ragloop.improve.remediation.chunking import ALPHA, size_trials
+from ragloop.improve.remediation.chunking import ALPHA, fit_sizes
 from ragloop.store import Store
 from tests.experiments.test_off_policy import Golden, measured_candidate, promoted_off_policy
 from tests.store.conftest import FakeClock
@@ -29,7 +29,7 @@ def _trials(found_at_512: int, n: int = 20) -> list[dict[str, Any]]:
     `found_at_512` of them whole at 512."""
     found = {320: 0, 512: found_at_512}
     afters = [[1.0] * found[size] + [0.0] * (n - found[size]) for size, _ in SIZES]
-    return [t.to_json() for t in size_trials(SIZES, [0.0] * n, afters, resamples=400)]
+    return [t.to_json() for t in fit_sizes(SIZES, [0.0] * n, afters, resamples=400).trials]
 
 
 def _setup(

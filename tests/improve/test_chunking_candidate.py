@@ -15,6 +15,7 @@ from ragloop.config import PipelineConfig
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.remediate import make_context, run_pass
 from ragloop.improve.remediation import ActionSpec, ChunkingBufferAction, Effect
+from ragloop.improve.remediation.chunking import spent_before
 from ragloop.improve.scheduler import Outcome, Policy
 from ragloop.improve.types import ActionKind
 from ragloop.ingest.registry import DocumentOverride
@@ -181,6 +182,15 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
         (0.0, 1.0, 0.003906, 0.003906),
     ]
     assert trials[0]["gain"]["lo"] > 0.0  # what the percentile interval alone would have let through
+    # the look spent its exact test's attained size (1/256: only 8 of 8 gaining reaches 0.025); the
+    # next look at this version's pool is held to what is left, and spends from there
+    assert note.evidence["spent_before"] == 0.0 and note.evidence["spent"] == pytest.approx(1 / 256, abs=1e-6)
+    assert spent_before(store, "kb", k2.version_id) == pytest.approx(1 / 256, abs=1e-6)
+    second = ChunkingBufferAction(again).apply(ctx).notes[0].evidence
+    assert second["items"] == 9 and second["spent_before"] == pytest.approx(1 / 256, abs=1e-6)
+    assert second["p_family_level"] == pytest.approx(0.025 - 1 / 256, abs=1e-6)
+    assert 0.0 < second["spent"] <= second["p_family_level"]
+    assert spent_before(store, "kb", SMALL.version_id) == 0.0  # another version's pool: a budget of its own
 
 
 def test_the_pool_is_the_serving_versions_and_no_size_that_cannot_gain_is_registered(

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+import pytest
+
 from ragloop.config import Settings
 from ragloop.experiments.auto import REFUSED, golden_verdict
 from ragloop.experiments.off_policy import TRIAL_ACTION
@@ -27,7 +29,7 @@ from ragloop.improve import recalibration as rc
 from ragloop.improve.clock import ManualClock
 from ragloop.improve.engine import DiagnosisConfig, DiagnosisEngine
 from ragloop.improve.remediate import run_pass
-from ragloop.improve.remediation.chunking import REFIT_ACTION, size_trials, trials_evidence
+from ragloop.improve.remediation.chunking import REFIT_ACTION, fit_sizes
 from ragloop.improve.remediation.prompts import PromptTrial, VariantResult
 from ragloop.improve.remediation.ranking import REFIT_ACTION as RANKING_REFIT
 from ragloop.improve.remediation.ranking import RankingTuple, fit_fusion
@@ -231,13 +233,15 @@ def fixed4(x: float) -> str:
 
 
 def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, served: Served) -> None:
-    """The fit's evidence as the chunking action writes it (`size_trials`, `trials_evidence`), drawn as a
-    table: each size's gain with its interval and both p values, the candidate marked."""
+    """The fit's evidence as the chunking action writes it (`fit_sizes`, `SizeFit.to_json`), drawn as a
+    table: each size's gain with its interval and both p values, the candidate marked, the level
+    this look was held to after what earlier looks at the pool spent."""
     sizes = [(640, 160), (819, 205), (1049, 262), (1310, 328)]
     before = [0.0] * 12
     afters = [[0.0] * 12, [1.0] * 3 + [0.0] * 9, [1.0] * 5 + [0.0] * 7, [1.0] * 7 + [0.0] * 5]
-    trials = size_trials(sizes, before, afters)
-    assert [t.qualifies for t in trials] == [False, False, False, True]
+    fit = fit_sizes(sizes, before, afters, spent_before=0.01)
+    trials = fit.trials
+    assert [t.qualifies for t in trials] == [False, False, False, True] and fit.spent == pytest.approx(1 / 128)
     with Store.open(served.db_url) as st:
         st.audit.record(
             REFIT_ACTION,
@@ -247,7 +251,7 @@ def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, ser
                 "items": 12,
                 "documents": 9,
                 "serving": {"size": 512, "overlap": 128},
-                **trials_evidence(trials),
+                **fit.to_json(),
             },
         )
     sign_in(page, served.admin, "/admin#timeline")
@@ -256,7 +260,8 @@ def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, ser
     caption = table.locator("caption")
     expect(caption).to_contain_text("12 pooled chunking failures (9 documents); serving chunk size 512")
     expect(caption).to_contain_text("98.8%, Bonferroni over the sizes")
-    expect(caption).to_contain_text("family-wise one-sided p ≤ 0.025")
+    expect(caption).to_contain_text("family-wise one-sided p ≤ 0.015, what earlier looks at this pool left")
+    expect(caption).to_contain_text("of 0.025 (they spent 0.0100); this look spent 0.0078.")
     chosen_row = table.locator('tr[data-size="1310"]')
     expect(chosen_row).to_have_class(re.compile(r"\bchosen\b"))
     expect(chosen_row).to_contain_text("0.0% → 58.3%")

@@ -25,11 +25,19 @@ documents the fit runs:
   run's pool: 3 of 15 failures already whole at serving, then 7 of 17 a day later).
 - A size qualifies when the paired bootstrap interval of its gain over the serving index lies above
   zero, at 95% Bonferroni-corrected for the sizes tried, and the exact sign-flip test, family-wise
-  over the sizes by its max statistic (`stats.sign_flip_max_gain_p`), gives one-sided p <= 0.025:
-  on 8-35 pooled questions the percentile interval alone is anti-conservative. Picking the best of
-  four is paid for either way; the max statistic pays less than Bonferroni because the sizes gain on
-  the same questions (a passage a 1310 chunk holds whole, an 819 one often holds too). The
-  qualifying size with the largest mean gain (the smaller on a tie) becomes a *candidate* pipeline
+  over the sizes by its max statistic (`stats.sign_flip_max_gain_p`), gives one-sided p at most
+  what is left of `BUDGET` (0.025): on 8-35 pooled questions the percentile interval alone is
+  anti-conservative. Picking the best of four is paid for either way; the max statistic pays less
+  than Bonferroni because the sizes gain on the same questions (a passage a 1310 chunk holds whole,
+  an 819 one often holds too).
+- The fit looks again whenever the pool grows, and each look is another chance to qualify a size
+  that does not help: at 0.025 a look, eight looks a week let a null pool through in up to 3.1% of
+  weeks (`benchmarks/chunking_fit_level.py`). So the looks at one serving version's pool share the
+  budget: each is held to what the earlier ones left and spends its test's *attained size* there
+  (`stats.sign_flip_max_gain_test`), read back from their audit entries (`spent_before`). The exact
+  test is discrete, so a look on a handful of differing items, which could not have rejected,
+  spends nothing. A new serving version pools new failures and starts afresh.
+- The qualifying size with the largest mean gain (the smaller on a tie) becomes a *candidate* pipeline
   version. It never serves from here: it is served from its own index variant only once the golden
   check passes it, because a larger chunk that helps these questions can still dilute others (the
   check's answer accuracy and document recall gates) or answer what should be refused (its refusal
@@ -49,7 +57,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from ragloop.config import PipelineConfig
-from ragloop.evaluation.stats import DEFAULT_SEED, sign_flip_max_gain_p
+from ragloop.evaluation.stats import DEFAULT_SEED, sign_flip_max_gain_test
 from ragloop.improve.remediation.base import (
     AppliedChange,
     AuditNote,
@@ -71,6 +79,9 @@ FOCUS_DEPTH = 10
 """Hits per question, as a multiple of k, whose documents a fit re-chunks (see the module's text)."""
 ALPHA = 0.05
 """Family-wise over the sizes one fit tries."""
+BUDGET = ALPHA / 2
+"""One-sided family-wise error over every look at one serving version's pool (see the module's text)."""
+LOOKS_READ = 200
 
 
 class ChunkingItem(BaseModel):
@@ -122,14 +133,27 @@ def _items(store: Store, records: Sequence[DiagnosisRecord | None]) -> list[Chun
     return out
 
 
+def _looks(store: Store, collection: str, version: str) -> list[dict[str, Any]]:
+    """The evidence of every earlier fit for `collection` under `version`, newest first."""
+    entries, _ = store.audit.listed(action_types=[REFIT_ACTION], limit=LOOKS_READ)
+    return [
+        e.evidence
+        for e in entries
+        if (e.evidence or {}).get("domain") == collection and e.pipeline_version_before == version
+    ]
+
+
 def last_fit(store: Store, collection: str, version: str) -> int | None:
     """How many failures the newest fit for `collection` under `version` was made on (None: none
     yet). A fit per index generation would otherwise repeat on the same pool after every re-chunk."""
-    entries, _ = store.audit.listed(action_types=[REFIT_ACTION], limit=50)
-    for e in entries:
-        if (e.evidence or {}).get("domain") == collection and e.pipeline_version_before == version:
-            return int(e.evidence["items"])
-    return None
+    looks = _looks(store, collection, version)
+    return int(looks[0]["items"]) if looks else None
+
+
+def spent_before(store: Store, collection: str, version: str) -> float:
+    """What the earlier looks at this version's pool spent of `BUDGET` (an entry from before the
+    budget counts its whole level)."""
+    return sum(float(ev.get("spent", ev.get("p_family_level", BUDGET))) for ev in _looks(store, collection, version))
 
 
 @dataclass(frozen=True)
@@ -140,10 +164,12 @@ class SizeTrial:
     """The gain with its Bonferroni-level interval and its own (unadjusted) one-sided p."""
     p_family: float
     """One-sided p adjusted for every size the fit tried (`stats.sign_flip_max_gain_p`)."""
+    level: float = BUDGET
+    """What `p_family` must reach at this look: the budget less what earlier looks spent."""
 
     @property
     def qualifies(self) -> bool:
-        return self.delta.n > 1 and self.delta.lo > 0.0 and self.p_family <= ALPHA / 2
+        return self.delta.n > 1 and self.delta.lo > 0.0 and self.p_family <= self.level
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -155,38 +181,56 @@ class SizeTrial:
         }
 
 
-def size_trials(
+@dataclass(frozen=True)
+class SizeFit:
+    """One look at the pool: every size's trial, the level it was held to and what it spent."""
+
+    trials: tuple[SizeTrial, ...]
+    level: float
+    spent_before: float = 0.0
+    spent: float = 0.0
+    """The look's attained size at `level` (`stats.sign_flip_max_gain_test`): what it adds to the
+    version's spending whether or not a size qualified."""
+
+    @property
+    def chosen(self) -> SizeTrial | None:
+        good = [t for t in self.trials if t.qualifies]
+        return max(good, key=lambda t: (round(t.delta.diff, 9), -t.size)) if good else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The fit's decision as its audit entry records it (the admin timeline draws it as a table)."""
+        best = self.chosen
+        return {
+            "alpha": ALPHA / max(1, len(self.trials)),
+            "p_family_level": round(self.level, 6),
+            "budget": BUDGET,
+            "spent_before": round(self.spent_before, 6),
+            "spent": round(self.spent, 6),
+            "trials": [t.to_json() for t in self.trials],
+            "chosen_size": best.size if best else None,
+        }
+
+
+def fit_sizes(
     sizes: Sequence[tuple[int, int]],
     before: Sequence[float],
     afters: Sequence[Sequence[float]],
     *,
+    spent_before: float = 0.0,
     resamples: int = 1000,
     seed: int = DEFAULT_SEED,
-) -> list[SizeTrial]:
+) -> SizeFit:
     """Each size's gain over the serving index: its interval at the Bonferroni level for the sizes
-    tried and its family-wise one-sided p (max statistic over the sizes)."""
+    tried and its family-wise one-sided p (max statistic over the sizes), held to what is left of
+    `BUDGET` after `spent_before`."""
+    level = max(0.0, BUDGET - spent_before)
     alpha = ALPHA / max(1, len(sizes))
-    family = sign_flip_max_gain_p(before, afters, seed=seed) if len(afters) else []
-    return [
-        SizeTrial(size, overlap, delta(before, after, resamples=resamples, seed=seed, alpha=alpha), p)
+    family, spent = sign_flip_max_gain_test(before, afters, level, seed=seed) if len(afters) else ([], 0.0)
+    trials = tuple(
+        SizeTrial(size, overlap, delta(before, after, resamples=resamples, seed=seed, alpha=alpha), p, level)
         for (size, overlap), after, p in zip(sizes, afters, family, strict=True)
-    ]
-
-
-def chosen(trials: Sequence[SizeTrial]) -> SizeTrial | None:
-    good = [t for t in trials if t.qualifies]
-    return max(good, key=lambda t: (round(t.delta.diff, 9), -t.size)) if good else None
-
-
-def trials_evidence(trials: Sequence[SizeTrial]) -> dict[str, Any]:
-    """The fit's decision as its audit entry records it (the admin timeline draws it as a table)."""
-    best = chosen(trials)
-    return {
-        "alpha": ALPHA / max(1, len(trials)),
-        "p_family_level": ALPHA / 2,
-        "trials": [t.to_json() for t in trials],
-        "chosen_size": best.size if best else None,
-    }
+    )
+    return SizeFit(trials, level, spent_before, spent)
 
 
 class ChunkingBufferAction(Remediation[ChunkingPayload]):
@@ -262,8 +306,15 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
 
         before = at(ctx.config)
         afters = [at(ctx.config.with_overrides(chunking={"size": s, "overlap": o})) for s, o in sizes]
-        trials = size_trials(sizes, before, afters, resamples=ctx.settings.resamples, seed=ctx.settings.seed)
-        best = chosen(trials)
+        fit = fit_sizes(
+            sizes,
+            before,
+            afters,
+            spent_before=spent_before(ctx.store, p.collection, ctx.config.version_id),
+            resamples=ctx.settings.resamples,
+            seed=ctx.settings.seed,
+        )
+        best = fit.chosen
         candidate = None
         if best is not None:
             cfg = ctx.config.with_overrides(chunking={"size": best.size, "overlap": best.overlap})
@@ -289,7 +340,7 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
                 "answers": len(self.spec.answer_ids),
                 "focus": {"documents": len(focus), "of": len({c.doc_id for c in serving.load().chunks})},
                 "serving": {"size": ctx.config.chunking.size, "overlap": ctx.config.chunking.overlap},
-                **trials_evidence(trials),
+                **fit.to_json(),
                 "candidate_version": candidate,
             },
             pipeline_version_before=ctx.config.version_id,

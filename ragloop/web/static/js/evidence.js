@@ -51,7 +51,10 @@ function table(cls, caption, head, rows) {
 export function chunkingTable(ev) {
   const level = num(ev.p_family_level);
   const rule = `A size qualifies when its gain interval (${num(ev.alpha) !== null ? `${levelText(ev.alpha)}, ` : ""}` +
-    `Bonferroni over the sizes) lies above 0 and its family-wise one-sided p${level !== null ? ` ≤ ${level}` : ""}.`;
+    `Bonferroni over the sizes) lies above 0 and its family-wise one-sided p${level !== null ? ` ≤ ${String(Number(level.toFixed(4)))}` : ""}` +
+    (num(ev.budget) !== null
+      ? `, what earlier looks at this pool left of ${ev.budget} (they spent ${fmt(ev.spent_before, 4)}); this look spent ${fmt(ev.spent, 4)}.`
+      : ".");
   const serving = ev.serving && num(ev.serving.size) !== null ? `; serving chunk size ${ev.serving.size}` : "";
   const caption = `Chunk sizes tried on ${ev.items ?? "?"} pooled chunking failures` +
     `${num(ev.documents) !== null ? ` (${ev.documents} documents)` : ""}${serving}. ${rule}`;
