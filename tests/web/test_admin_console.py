@@ -239,7 +239,7 @@ def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, ser
     sizes = [(640, 160), (819, 205), (1049, 262), (1310, 328)]
     before = [0.0] * 12
     afters = [[0.0] * 12, [1.0] * 3 + [0.0] * 9, [1.0] * 5 + [0.0] * 7, [1.0] * 7 + [0.0] * 5]
-    fit = fit_sizes(sizes, before, afters, spent_before=0.01)
+    fit = fit_sizes(sizes, before, afters, spent_before=0.002)  # 7 differ: 7/16 of 0.025 less 0.002 left
     trials = fit.trials
     assert [t.qualifies for t in trials] == [False, False, False, True] and fit.spent == pytest.approx(1 / 128)
     with Store.open(served.db_url) as st:
@@ -260,8 +260,9 @@ def test_a_chunking_fit_on_the_timeline_shows_every_size_it_tried(page: Any, ser
     caption = table.locator("caption")
     expect(caption).to_contain_text("12 pooled chunking failures (9 documents); serving chunk size 512")
     expect(caption).to_contain_text("98.8%, Bonferroni over the sizes")
-    expect(caption).to_contain_text("family-wise one-sided p ≤ 0.015, what earlier looks at this pool left")
-    expect(caption).to_contain_text("of 0.025 (they spent 0.0100); this look spent 0.0078.")
+    expect(caption).to_contain_text("family-wise one-sided p ≤ 0.0089: this look's allowance of the pool's")
+    expect(caption).to_contain_text("0.025 budget (0.0109, 7 of 16 items differing) less what earlier looks")
+    expect(caption).to_contain_text("spent (0.0020); it spent 0.0078.")
     chosen_row = table.locator('tr[data-size="1310"]')
     expect(chosen_row).to_have_class(re.compile(r"\bchosen\b"))
     expect(chosen_row).to_contain_text("0.0% → 58.3%")

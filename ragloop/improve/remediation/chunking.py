@@ -33,10 +33,13 @@ documents the fit runs:
 - The fit looks again whenever the pool grows, and each look is another chance to qualify a size
   that does not help: at 0.025 a look, eight looks a week let a null pool through in up to 3.1% of
   weeks (`benchmarks/chunking_fit_level.py`). So the looks at one serving version's pool share the
-  budget: each is held to what the earlier ones left and spends its test's *attained size* there
-  (`stats.sign_flip_max_gain_test`), read back from their audit entries (`spent_before`). The exact
-  test is discrete, so a look on a handful of differing items, which could not have rejected,
-  spends nothing. A new serving version pools new failures and starts afresh.
+  budget: each look may spend up to an allowance that grows with the items that differ (`allowance`:
+  linear in their number, the whole budget from 16 on), less what the earlier looks spent, and it
+  spends its test's *attained size* at that level (`stats.sign_flip_max_gain_test`), read back by
+  the next look from its audit entry (`spent_before`). The exact test is discrete, so a look on a
+  handful of differing items, which could not have rejected, spends nothing. The levels depend on
+  how many items differ, never on which way, so the union bound over the looks holds the week's
+  error at 0.025 whatever their number. A new serving version pools new failures and starts afresh.
 - The qualifying size with the largest mean gain (the smaller on a tie) becomes a *candidate* pipeline
   version. It never serves from here: it is served from its own index variant only once the golden
   check passes it, because a larger chunk that helps these questions can still dilute others (the
@@ -54,6 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ragloop.config import PipelineConfig
@@ -81,6 +85,8 @@ ALPHA = 0.05
 """Family-wise over the sizes one fit tries."""
 BUDGET = ALPHA / 2
 """One-sided family-wise error over every look at one serving version's pool (see the module's text)."""
+FULL_INFORMATION = 16
+"""Differing items from which a look may spend the whole budget (`allowance`)."""
 LOOKS_READ = 200
 
 
@@ -187,6 +193,7 @@ class SizeFit:
 
     trials: tuple[SizeTrial, ...]
     level: float
+    differing: int = FULL_INFORMATION
     spent_before: float = 0.0
     spent: float = 0.0
     """The look's attained size at `level` (`stats.sign_flip_max_gain_test`): what it adds to the
@@ -204,11 +211,30 @@ class SizeFit:
             "alpha": ALPHA / max(1, len(self.trials)),
             "p_family_level": round(self.level, 6),
             "budget": BUDGET,
+            "differing": self.differing,
+            "full_information": FULL_INFORMATION,
+            "allowance": round(allowance(self.differing), 6),
             "spent_before": round(self.spent_before, 6),
             "spent": round(self.spent, 6),
             "trials": [t.to_json() for t in self.trials],
             "chosen_size": best.size if best else None,
         }
+
+
+def differing(before: Sequence[float], afters: Sequence[Sequence[float]]) -> int:
+    """Items whose score differs from `before` at some size: the sign test's information."""
+    if not len(afters):
+        return 0
+    a = np.asarray(before, dtype=float)
+    return int(np.any(np.abs(np.asarray(afters, dtype=float) - a) > 1e-12, axis=0).sum())
+
+
+def allowance(items: int) -> float:
+    """How much of `BUDGET` the looks may have spent by a look on `items` differing items: in
+    proportion to them, all of it from `FULL_INFORMATION` on. Spending all that is left at the first
+    look that could reject would let two or three early looks on 6-7 differing items use it up,
+    leaving the later, better informed looks nothing."""
+    return BUDGET * min(1.0, items / FULL_INFORMATION)
 
 
 def fit_sizes(
@@ -223,14 +249,15 @@ def fit_sizes(
     """Each size's gain over the serving index: its interval at the Bonferroni level for the sizes
     tried and its family-wise one-sided p (max statistic over the sizes), held to what is left of
     `BUDGET` after `spent_before`."""
-    level = max(0.0, BUDGET - spent_before)
+    items = differing(before, afters)
+    level = max(0.0, allowance(items) - spent_before)
     alpha = ALPHA / max(1, len(sizes))
     family, spent = sign_flip_max_gain_test(before, afters, level, seed=seed) if len(afters) else ([], 0.0)
     trials = tuple(
         SizeTrial(size, overlap, delta(before, after, resamples=resamples, seed=seed, alpha=alpha), p, level)
         for (size, overlap), after, p in zip(sizes, afters, family, strict=True)
     )
-    return SizeFit(trials, level, spent_before, spent)
+    return SizeFit(trials, level, items, spent_before, spent)
 
 
 class ChunkingBufferAction(Remediation[ChunkingPayload]):

@@ -53,7 +53,9 @@ export function chunkingTable(ev) {
   const rule = `A size qualifies when its gain interval (${num(ev.alpha) !== null ? `${levelText(ev.alpha)}, ` : ""}` +
     `Bonferroni over the sizes) lies above 0 and its family-wise one-sided p${level !== null ? ` ≤ ${String(Number(level.toFixed(4)))}` : ""}` +
     (num(ev.budget) !== null
-      ? `, what earlier looks at this pool left of ${ev.budget} (they spent ${fmt(ev.spent_before, 4)}); this look spent ${fmt(ev.spent, 4)}.`
+      ? `: this look's allowance of the pool's ${ev.budget} budget (${fmt(ev.allowance, 4)}, ${ev.differing ?? "?"} of ` +
+        `${ev.full_information ?? "?"} items differing) less what earlier looks spent (${fmt(ev.spent_before, 4)}); ` +
+        `it spent ${fmt(ev.spent, 4)}.`
       : ".");
   const serving = ev.serving && num(ev.serving.size) !== null ? `; serving chunk size ${ev.serving.size}` : "";
   const caption = `Chunk sizes tried on ${ev.items ?? "?"} pooled chunking failures` +
