@@ -194,6 +194,11 @@ def test_the_chunking_fit_registers_the_size_that_joins_the_sentences(coll: Coll
     assert second["p_family_level"] == pytest.approx(0.025 * 9 / 16 - 1 / 256, abs=1e-6)
     assert 0.0 < second["spent"] <= second["p_family_level"]
     assert spent_before(store, "kb", SMALL.version_id) == 0.0  # another version's pool: a budget of its own
+    # once the looks have spent it all, a grown pool is no reason to look again
+    evidence = {**second, "spent": 0.025 - 1 / 256}
+    store.audit.record("chunking_refit", triggered_by="test", evidence=evidence, pipeline_version_before=k2.version_id)
+    _chunking_failure(store, "harbour.md", k2.version_id, question="Who drew the harbour plans?")
+    assert ChunkingBufferAction(again).ready(ctx) == "the error budget of this version's pool is spent"
 
 
 def test_the_pool_is_the_serving_versions_and_no_size_that_cannot_gain_is_registered(

@@ -53,6 +53,7 @@ The decision, either way, is its own audit entry (`chunking_refit`) with every s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -171,7 +172,7 @@ class SizeTrial:
     p_family: float
     """One-sided p adjusted for every size the fit tried (`stats.sign_flip_max_gain_p`)."""
     level: float = BUDGET
-    """What `p_family` must reach at this look: the budget less what earlier looks spent."""
+    """What `p_family` must reach at this look: its allowance less what earlier looks spent."""
 
     @property
     def qualifies(self) -> bool:
@@ -215,7 +216,7 @@ class SizeFit:
             "full_information": FULL_INFORMATION,
             "allowance": round(allowance(self.differing), 6),
             "spent_before": round(self.spent_before, 6),
-            "spent": round(self.spent, 6),
+            "spent": math.ceil(self.spent * 1e6) / 1e6,  # rounded up: the next look must not overspend
             "trials": [t.to_json() for t in self.trials],
             "chosen_size": best.size if best else None,
         }
@@ -284,6 +285,8 @@ class ChunkingBufferAction(Remediation[ChunkingPayload]):
         last = last_fit(ctx.store, self.payload.collection, ctx.config.version_id)
         if last is not None and last >= len(items):
             return f"no new chunking failure since the last fit on {last}"
+        if spent_before(ctx.store, self.payload.collection, ctx.config.version_id) >= BUDGET - 1e-9:
+            return "the error budget of this version's pool is spent"
         return None
 
     def sizes(self, ctx: RemediationContext) -> list[tuple[int, int]]:
