@@ -13,8 +13,12 @@ Rules (each at the family-wise one-sided level 0.025 over four sizes, `SizeTrial
 - `percentile`: the Bonferroni-level percentile interval above 0 (stop 31);
 - `bonferroni-exact`: that, and each size's exact sign-flip p <= 0.025 / 4 (stop 32);
 - `max-T`: that interval, and the family-wise p of the max statistic <= 0.025 at every look (stop 33);
-- `max-T, spent`: the same, each look held to what the earlier looks left of 0.025, spending its
-  exact test's attained size (`fit_sizes(spent_before=...)`, what the fit does now).
+- `spent, full at F`: the same, each look held to an allowance of 0.025 x min(1, m / F) on its m
+  differing items less what the earlier looks spent, spending its exact test's attained size
+  (`fit_sizes(spent_before=..., full_information=F)`). F = 1 spends all that is left at the first
+  look that could reject (on 5 or fewer differing items none can); the fit uses
+  `FULL_INFORMATION`. Every schedule holds the week at 0.025; they differ in power, and the
+  schedule kept is the one finding the most gain weeks averaged over the `--differ` values.
 
     PYTHONPATH=. .venv/bin/python benchmarks/chunking_fit_level.py --weeks 1000
 """
@@ -23,12 +27,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from _common import machine, markdown_table, print_table, write_results
 
-from ragloop.evaluation.stats import proportion_ci
-from ragloop.improve.remediation.chunking import ALPHA, SizeTrial, fit_sizes
+from ragloop.evaluation.stats import paired_test, proportion_ci
+from ragloop.improve.remediation.chunking import ALPHA, FULL_INFORMATION, SizeTrial, fit_sizes
 
 LOOKS = (8, 10, 12, 16, 20, 25, 31, 32)
 SIZES = ((320, 48), (512, 77), (819, 123), (1310, 197))
@@ -48,16 +53,18 @@ def pool(rng: np.random.Generator, n: int, differ: float, gain_share: float) -> 
     return before, before + np.stack(diffs)
 
 
-RULES = ("percentile", "bonferroni-exact", "max-T", "max-T, spent")
+SCHEDULES = tuple(sorted({1, 8, 12, FULL_INFORMATION, 24}))
+PER_LOOK = ("percentile", "bonferroni-exact", "max-T")
+RULES = (*PER_LOOK, *(f"spent, full at {f}" for f in SCHEDULES))
 
 
-def rules(trials: Sequence[SizeTrial]) -> dict[str, bool]:
+def per_look(trials: Sequence[SizeTrial]) -> dict[str, bool]:
+    """The rules that hold each look to its own level: they ignore what earlier looks spent."""
     level = ALPHA / 2
     return {
         "percentile": any(t.delta.lo > 0.0 for t in trials),
         "bonferroni-exact": any(t.delta.lo > 0.0 and t.delta.p <= level / len(trials) for t in trials),
         "max-T": any(t.delta.lo > 0.0 and t.p_family <= level for t in trials),
-        "max-T, spent": any(t.qualifies for t in trials),
     }
 
 
@@ -65,13 +72,18 @@ def week(rng: np.random.Generator, differ: float, gain_share: float, seed: int) 
     """The first look at which each rule qualified some size (None: none did all week)."""
     before, afters = pool(rng, LOOKS[-1], differ, gain_share)
     first: dict[str, int | None] = dict.fromkeys(RULES)
-    spent = 0.0
+    spent = dict.fromkeys(SCHEDULES, 0.0)
     for n in LOOKS:
-        fit = fit_sizes(
-            SIZES, before[:n].tolist(), afters[:, :n].tolist(), spent_before=spent, resamples=1000, seed=seed
-        )
-        spent += fit.spent
-        for rule, hit in rules(fit.trials).items():
+        hits: dict[str, bool] = {}
+        for full in SCHEDULES:
+            fit = fit_sizes(
+                SIZES, before[:n].tolist(), afters[:, :n].tolist(),
+                spent_before=spent[full], full_information=full, resamples=1000, seed=seed,
+            )  # fmt: skip
+            spent[full] += fit.spent
+            hits[f"spent, full at {full}"] = fit.chosen is not None
+        hits.update(per_look(fit.trials))
+        for rule, hit in hits.items():
             if hit and first[rule] is None:
                 first[rule] = n
     return first
@@ -86,10 +98,13 @@ def main() -> None:
     ap.add_argument("--name", default="chunking_fit_level")
     args = ap.parse_args()
     rows, payload = [], []
+    found: dict[str, dict[str, list[float]]] = {"null": {}, "gain": {}}  # rule -> 0/1 per week, all differ
     for differ in args.differ:
         for scenario, gain_share in (("null", 0.5), ("gain", args.gain_share)):
             rng = np.random.default_rng(args.seed)
             weeks = [week(rng, differ, gain_share, args.seed + i) for i in range(args.weeks)]
+            for rule in RULES:
+                found[scenario].setdefault(rule, []).extend(float(w[rule] is not None) for w in weeks)
             for rule in RULES:
                 firsts = [f for w in weeks if (f := w[rule]) is not None]
                 est = proportion_ci(len(firsts), len(weeks))
@@ -103,6 +118,10 @@ def main() -> None:
                 )  # fmt: skip
     headers = ["scenario", "differ", "rule", "weeks with a qualified size [95% CI]", "n", "median first look"]
     print_table("Chunking fit: a size qualified within a week of looks", headers, rows)
+    schedules, summary = schedule_summary(found)
+    s_headers = ["schedule", "null weeks through [95% CI]", "gain weeks found [95% CI]",
+                 f"gain vs full at {FULL_INFORMATION}, paired [95% CI]", "p", "n"]  # fmt: skip
+    print_table("Spending schedules, over every `differ` value", s_headers, summary)
     md = "\n".join(
         [
             "# Chunking fit: false and true qualifications over a week of looks",
@@ -116,9 +135,35 @@ def main() -> None:
             "- `differ`: the share of pooled failures the largest size changes (MTRAG-UN's real fits: 0.3-0.4)",
             "",
             markdown_table(headers, rows),
+            "",
+            "## Spending schedules, over every `differ` value",
+            "",
+            markdown_table(s_headers, summary),
         ]
     )
-    write_results(args.name, {"looks": list(LOOKS), "rows": payload}, md)
+    write_results(args.name, {"looks": list(LOOKS), "rows": payload, "schedules": schedules}, md)
+
+
+def schedule_summary(found: dict[str, dict[str, list[float]]]) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+    """Each schedule's share of null weeks let through and of gain weeks found, pooled over the
+    `differ` values, and its paired difference in gain weeks from the fit's schedule (same weeks)."""
+    current = found["gain"][f"spent, full at {FULL_INFORMATION}"]
+    payload, rows = [], []
+    for full in SCHEDULES:
+        rule = f"spent, full at {full}"
+        null, gain = found["null"][rule], found["gain"][rule]
+        n_est, g_est = proportion_ci(int(sum(null)), len(null)), proportion_ci(int(sum(gain)), len(gain))
+        vs = paired_test(current, gain)
+        payload.append(
+            {"full_information": full, "null": n_est.to_json(), "gain": g_est.to_json(),
+             "gain_vs_current": {"diff": vs.diff, "lo": vs.lo, "hi": vs.hi, "p": vs.p_value, "n": vs.n}}
+        )  # fmt: skip
+        rows.append(
+            [full, f"{n_est.value:.3f} [{n_est.lo:.3f}, {n_est.hi:.3f}]",
+             f"{g_est.value:.3f} [{g_est.lo:.3f}, {g_est.hi:.3f}]",
+             f"{vs.diff:+.3f} [{vs.lo:+.3f}, {vs.hi:+.3f}]", f"{vs.p_value:.4f}", vs.n]
+        )  # fmt: skip
+    return payload, rows
 
 
 if __name__ == "__main__":

@@ -195,6 +195,7 @@ class SizeFit:
     trials: tuple[SizeTrial, ...]
     level: float
     differing: int = FULL_INFORMATION
+    full_information: int = FULL_INFORMATION
     spent_before: float = 0.0
     spent: float = 0.0
     """The look's attained size at `level` (`stats.sign_flip_max_gain_test`): what it adds to the
@@ -213,8 +214,8 @@ class SizeFit:
             "p_family_level": round(self.level, 6),
             "budget": BUDGET,
             "differing": self.differing,
-            "full_information": FULL_INFORMATION,
-            "allowance": round(allowance(self.differing), 6),
+            "full_information": self.full_information,
+            "allowance": round(allowance(self.differing, self.full_information), 6),
             "spent_before": round(self.spent_before, 6),
             "spent": math.ceil(self.spent * 1e6) / 1e6,  # rounded up: the next look must not overspend
             "trials": [t.to_json() for t in self.trials],
@@ -230,12 +231,12 @@ def differing(before: Sequence[float], afters: Sequence[Sequence[float]]) -> int
     return int(np.any(np.abs(np.asarray(afters, dtype=float) - a) > 1e-12, axis=0).sum())
 
 
-def allowance(items: int) -> float:
+def allowance(items: int, full: int = FULL_INFORMATION) -> float:
     """How much of `BUDGET` the looks may have spent by a look on `items` differing items: in
-    proportion to them, all of it from `FULL_INFORMATION` on. Spending all that is left at the first
+    proportion to them, all of it from `full` on. Spending all that is left at the first
     look that could reject would let two or three early looks on 6-7 differing items use it up,
     leaving the later, better informed looks nothing."""
-    return BUDGET * min(1.0, items / FULL_INFORMATION)
+    return BUDGET * min(1.0, items / max(1, full))
 
 
 def fit_sizes(
@@ -244,6 +245,7 @@ def fit_sizes(
     afters: Sequence[Sequence[float]],
     *,
     spent_before: float = 0.0,
+    full_information: int = FULL_INFORMATION,
     resamples: int = 1000,
     seed: int = DEFAULT_SEED,
 ) -> SizeFit:
@@ -251,14 +253,14 @@ def fit_sizes(
     tried and its family-wise one-sided p (max statistic over the sizes), held to what is left of
     `BUDGET` after `spent_before`."""
     items = differing(before, afters)
-    level = max(0.0, allowance(items) - spent_before)
+    level = max(0.0, allowance(items, full_information) - spent_before)
     alpha = ALPHA / max(1, len(sizes))
     family, spent = sign_flip_max_gain_test(before, afters, level, seed=seed) if len(afters) else ([], 0.0)
     trials = tuple(
         SizeTrial(size, overlap, delta(before, after, resamples=resamples, seed=seed, alpha=alpha), p, level)
         for (size, overlap), after, p in zip(sizes, afters, family, strict=True)
     )
-    return SizeFit(trials, level, items, spent_before, spent)
+    return SizeFit(trials, level, items, full_information, spent_before, spent)
 
 
 class ChunkingBufferAction(Remediation[ChunkingPayload]):
