@@ -20,6 +20,10 @@ whose lease ran out):
 7. Monitor mode: while tier 1's weekly agreement is below 0.75 (`recalibration.state`), every
    action but tier 1's own recalibration stays proposed (`deferred_monitor`): tier 1 chooses what
    gets diagnosed, so its proposals wait until it is trusted again.
+8. One version a pass: the pass weighs and applies actions against the pipeline that served when it
+   started; once another version is activated the pass stops and the rest stay proposed for the
+   next pass (a fit on the old version's pool would spend that version's error budget and re-propose
+   what already serves).
 A DIRECT action's query group is measured just before apply: the auditor's "before". A kind that
 can preview its change (a re-chunk: the index it would write, built in memory) is measured again on
 that preview; when the paired interval of preview - before holds no gain (its upper end <= 0) the
@@ -204,9 +208,12 @@ class Scheduler:
         busy = self._busy()
         tier1 = tier1_state(self.ctx.store)
         out: list[ScheduleResult] = []
+        serving = self._serving()
         for spec in self.due():
             if sum(r.outcome is Outcome.APPLIED for r in out) >= self.policy.max_per_pass:
                 break
+            if self._serving() != serving:
+                break  # activated mid-pass: the rest would be fitted on the old version; the next pass has the new
             if tier1.monitor and spec.kind is not ActionKind.TIER1_RECALIBRATION:
                 out.append(self._result(spec, Outcome.DEFERRED_MONITOR, tier1.reason))
                 continue
@@ -247,6 +254,10 @@ class Scheduler:
                 applied_today[spec.domain] += 1
                 busy.add(conflict_key(spec.kind.value, spec.component, spec.dedupe_key))
         return out
+
+    def _serving(self) -> str | None:
+        row = self.ctx.store.pipelines.current()
+        return row.version_id if row is not None else None
 
     @staticmethod
     def _valid(spec: ActionSpec) -> bool:

@@ -9,12 +9,18 @@ import pytest
 
 from ragloop.improve.claims import claim_action
 from ragloop.improve.clock import ManualClock
-from ragloop.improve.remediation import REMEDIATIONS, AppliedChange, RegistryExpansionBackend, RemediationContext
+from ragloop.improve.remediation import (
+    REMEDIATIONS,
+    ActionSpec,
+    AppliedChange,
+    RegistryExpansionBackend,
+    RemediationContext,
+)
 from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy, Scheduler, ScheduleResult, conflict_key
 from ragloop.improve.types import ActionKind
 from ragloop.retrieval.collection import Collection
 from ragloop.store import Store
-from tests.improve.remediation_support import QUESTION, chunk_of, context, propose_expansion, propose_rechunk
+from tests.improve.remediation_support import K1, QUESTION, chunk_of, context, propose_expansion, propose_rechunk
 
 QUESTIONS = [f"What happened in Ostria in {1900 + i}?" for i in range(6)]
 
@@ -48,6 +54,32 @@ def test_at_most_n_per_domain_per_day_on_the_clock(store: Store, coll: Collectio
     clock.advance(3600 * 2)  # past midnight: a new day
     assert _by_outcome(sched.run(), Outcome.APPLIED) == ids[5:]
     assert store.improvement_actions.counts()["applied"] == 6
+
+
+def test_a_pass_stops_when_another_version_is_activated_mid_way(
+    store: Store, coll: Collection, clock: ManualClock
+) -> None:
+    """A pass fits and applies against the version it started with; once another is activated, the
+    rest wait for the next pass, which has the new version (a long pass on a fast simulated clock
+    otherwise re-chunked and re-fitted the old version's pool after its successor was serving)."""
+    ferry = chunk_of(coll, "ferry.md")
+    ids = [propose_expansion(store, coll, q, [ferry], answers=3 - i).action_id for i, q in enumerate(QUESTIONS[:3])]
+    sched = Scheduler(context(store, coll, clock, paraphrases=False), Policy(daily_cap=10))
+    apply_one = sched.apply_one
+
+    def apply_then_activate(spec: ActionSpec) -> ScheduleResult:
+        result = apply_one(spec)
+        successor = K1.with_overrides(retrieval={"k": 2})
+        store.pipelines.register_config(successor)
+        store.pipelines.activate(successor.version_id, actor="test")
+        return result
+
+    sched.apply_one = apply_then_activate  # type: ignore[method-assign]
+    first = sched.run()
+    assert [r.action_id for r in first] == ids[:1] and first[0].outcome is Outcome.APPLIED
+    assert store.improvement_actions.counts()["proposed"] == 2  # left for the next pass, not dropped
+    sched.apply_one = apply_one  # type: ignore[method-assign]
+    assert _by_outcome(sched.run(), Outcome.APPLIED) == ids[1:]
 
 
 def test_conflicting_remediations_on_one_component_are_serialised(
