@@ -82,7 +82,7 @@ def week(rng: np.random.Generator, differ: float, gain_share: float, seed: int) 
             )  # fmt: skip
             spent[full] += fit.spent
             hits[f"spent, full at {full}"] = fit.chosen is not None
-        hits.update(per_look(fit.trials))
+        hits.update(per_look(fit.trials))  # intervals and p-values: the same whatever the schedule
         for rule, hit in hits.items():
             if hit and first[rule] is None:
                 first[rule] = n
@@ -105,7 +105,6 @@ def main() -> None:
             weeks = [week(rng, differ, gain_share, args.seed + i) for i in range(args.weeks)]
             for rule in RULES:
                 found[scenario].setdefault(rule, []).extend(float(w[rule] is not None) for w in weeks)
-            for rule in RULES:
                 firsts = [f for w in weeks if (f := w[rule]) is not None]
                 est = proportion_ci(len(firsts), len(weeks))
                 median = float(np.median(firsts)) if firsts else None

@@ -212,8 +212,6 @@ class Scheduler:
         for spec in self.due():
             if sum(r.outcome is Outcome.APPLIED for r in out) >= self.policy.max_per_pass:
                 break
-            if self._serving() != serving:
-                break  # activated mid-pass: the rest would be fitted on the old version; the next pass has the new
             if tier1.monitor and spec.kind is not ActionKind.TIER1_RECALIBRATION:
                 out.append(self._result(spec, Outcome.DEFERRED_MONITOR, tier1.reason))
                 continue
@@ -248,6 +246,8 @@ class Scheduler:
                 if key in busy:
                     out.append(self._result(spec, Outcome.DEFERRED_CONFLICT, f"{key} has an unaudited change"))
                     continue
+            if self._serving() != serving:
+                break  # activated mid-pass: this would be fitted on the old version; the next pass has the new
             result = self.apply_one(spec)
             out.append(result)
             if result.outcome is Outcome.APPLIED and direct:
