@@ -9,7 +9,8 @@ measured difference it also records it as the entry's `expected_delta` (`golden_
 new version served in `[switch, switch + window)` with the answers the version it replaced served
 in `[switch - window, switch)`, per metric the online evaluation gives every answer or a share of
 them (`METRICS`: tier-1 score, users' ratings, refusal rate), as a difference of means with Welch's
-95% interval and both sample sizes, and records it as a `pipeline_activate_audit` entry whose
+95% interval (session-clustered: a window holds whole conversations, whose turns share a topic and
+its answerability) and both sample sizes, and records it as a `pipeline_activate_audit` entry whose
 `refers_to` is the activation and whose `actual_delta` is the measurement (`expected_delta` copied,
 so one row reads "promised vs got").
 
@@ -59,6 +60,8 @@ class MetricDelta:
         return {
             "n_before": self.before.n,
             "n_after": self.after.n,
+            "sessions_before": self.before.units,
+            "sessions_after": self.after.units,
             "before": round(self.before.mean, 6) if self.before.n else None,
             "after": round(self.after.mean, 6) if self.after.n else None,
             "difference": round(diff, 6) if diff is not None else None,
@@ -67,8 +70,8 @@ class MetricDelta:
 
 
 def _delta(metric: Metric, before: ArmScores, after: ArmScores) -> MetricDelta:
-    b, a = ArmSummary.of(before.scores.get(metric, [])), ArmSummary.of(after.scores.get(metric, []))
-    if b.n < 2 or a.n < 2:
+    b, a = before.summary(metric), after.summary(metric)
+    if b.independent < 2 or a.independent < 2:
         return MetricDelta(metric, b, a, None, None)
     ci = welch(b, a).ci
     return MetricDelta(metric, b, a, ci.lo, ci.hi)
@@ -133,7 +136,8 @@ def delta_text(d: Mapping[str, Any] | None) -> str | None:
     ci = d.get("ci95") or []
     interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if len(ci) == 2 and None not in ci else ""
     n = f" n={d['n']}" if d.get("n") is not None else ""
-    return f"{d['metric']} {d['value']:+.3f}{interval}{n}"
+    sessions = f" in {d['sessions']} sessions" if d.get("sessions") is not None else ""
+    return f"{d['metric']} {d['value']:+.3f}{interval}{n}{sessions}"
 
 
 class Switch(BaseModel):
@@ -197,6 +201,7 @@ def audit_activations(
             "value": tier1["difference"],
             "ci95": tier1["ci95"],
             "n": [tier1["n_before"], tier1["n_after"]],
+            "sessions": [tier1["sessions_before"], tier1["sessions_after"]],
         }
         row = store.audit.record_once(
             ACTION,

@@ -73,16 +73,16 @@ def timed_ratings(store: Store, experiment_id: str) -> dict[str, tuple[Any, floa
     return scores.timed_ratings(store, _experiment(experiment_id))
 
 
-def _arm_json(metric: Metric, scores: list[float]) -> dict[str, Any]:
-    n = len(scores)
+def _arm_json(metric: Metric, scores: list[float], summary: ArmSummary) -> dict[str, Any]:
+    """n, sessions, mean and its session-clustered 95% interval (t with sessions − 1 df)."""
+    n = summary.n
     if n == 0:
-        return {"n": 0, "mean": None, "ci95": None}
+        return {"n": 0, "sessions": 0, "mean": None, "ci95": None}
     x = np.asarray(scores, dtype=np.float64)
-    mean = float(x.mean())
-    out: dict[str, Any] = {"n": n, "mean": round(mean, 6), "ci95": None}
-    if n >= 2:
-        half = t_critical(ALPHA, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
-        out["ci95"] = {"lo": round(mean - half, 6), "hi": round(mean + half, 6)}
+    out: dict[str, Any] = {"n": n, "sessions": summary.units, "mean": round(summary.mean, 6), "ci95": None}
+    if summary.independent >= 2:
+        half = t_critical(ALPHA, summary.independent - 1) * summary.sd / math.sqrt(n)
+        out["ci95"] = {"lo": round(summary.mean - half, 6), "hi": round(summary.mean + half, 6)}
     if metric is Metric.LATENCY_P99:
         out["p99"] = round(float(np.percentile(x, 99)), 6)
     return out
@@ -123,15 +123,16 @@ def aggregate(
     metrics: dict[str, Any] = {}
     comparisons = {}
     for metric in _metrics_of(row):
-        c_scores, t_scores = arms[Variant.CONTROL].scores[metric], arms[Variant.TREATMENT].scores[metric]
+        control, treatment = arms[Variant.CONTROL], arms[Variant.TREATMENT]
+        c_sum, t_sum = control.summary(metric), treatment.summary(metric)
         entry: dict[str, Any] = {
             "direction": metric.direction.value,
-            "control": _arm_json(metric, c_scores),
-            "treatment": _arm_json(metric, t_scores),
+            "control": _arm_json(metric, control.scores[metric], c_sum),
+            "treatment": _arm_json(metric, treatment.scores[metric], t_sum),
             "comparison": None,
         }
-        if len(c_scores) >= 2 and len(t_scores) >= 2:
-            cmp = compare(ArmSummary.of(c_scores), ArmSummary.of(t_scores), _design(row, metric))
+        if c_sum.independent >= 2 and t_sum.independent >= 2:
+            cmp = compare(c_sum, t_sum, _design(row, metric))
             comparisons[metric] = cmp
             entry["comparison"] = cmp.to_json()
         metrics[metric.value] = entry

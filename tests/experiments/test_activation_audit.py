@@ -83,6 +83,31 @@ def test_answers_outside_the_windows_are_not_counted(store: Store) -> None:
     assert (tier1["n_before"], tier1["n_after"]) == (15, 15)
 
 
+def test_a_window_s_interval_counts_sessions_not_turns(store: Store) -> None:
+    """The same 20 scores a side, once from 20 one-turn sessions and once from 4 five-turn ones
+    whose turns score alike: the difference is the same, the interval far wider in the second."""
+    old = store.pipelines.register_config(PipelineConfig())
+    store.pipelines.activate(old.version_id, reason="start")
+    new = store.pipelines.register_config(PipelineConfig().with_overrides(retrieval={"k": 8}))
+    before = [0.3, 0.6, 0.45, 0.5]
+    after = [0.5, 0.8, 0.6, 0.75]
+    for version, means in ((old.version_id, before), (new.version_id, after)):
+        if version == new.version_id:
+            store.pipelines.activate(version, reason="measured")
+        for g, mean in enumerate(means):
+            for turn in range(5):
+                ans = store.queries.record_answer(
+                    session_id=f"{version}-{g}", question=f"q{g}-{turn}", answer_text="a", pipeline_version=version
+                )
+                store.evaluations.add(ans.answer_id, "heuristic", heuristic_score=mean)
+    [entry] = audit_activations(store, lambda: datetime.now(UTC) + timedelta(days=2))
+    tier1 = (entry.actual_delta or {})["metrics"]["tier1_score"]
+    assert (tier1["n_before"], tier1["n_after"], tier1["sessions_before"], tier1["sessions_after"]) == (20, 20, 4, 4)
+    assert tier1["difference"] == pytest.approx(0.2)
+    # as 40 independent turns the interval would be about [0.13, 0.27] and exclude 0; 8 sessions do not
+    assert tier1["ci95"][0] < 0.0 < 0.2 < tier1["ci95"][1]
+
+
 def test_an_experiment_s_primary_difference_is_its_expected_delta() -> None:
     results = {
         "primary_metric": "tier1_score",
@@ -122,7 +147,7 @@ def test_cli_lists_switches_with_expected_and_measured_deltas(tmp_path: Path, mo
     human = CliRunner().invoke(app, ["pipeline", "switches"])
     assert human.exit_code == 0, human.output
     assert "expected answer_correct +0.100 [+0.020, +0.180]" in human.output
-    assert "actual   tier1_score +0.300 [+0.291, +0.309] n=[20, 20]" in human.output
+    assert "actual   tier1_score +0.300 [+0.291, +0.309] n=[20, 20] in [20, 20] sessions" in human.output
 
 
 def test_two_workers_record_one_measurement_of_a_switch(store: Store) -> None:

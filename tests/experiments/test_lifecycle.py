@@ -109,6 +109,48 @@ def test_promotion_waits_for_the_duration_then_switches_and_keeps_the_previous(s
     assert store.pipelines.rollback(reason="instant rollback").version_id == base
 
 
+@pytest.mark.parametrize("turns_per_session", [1, 15])
+def test_an_arm_s_sessions_not_its_answers_are_the_independent_units(
+    store: Store, clock: FakeClock, turns_per_session: int
+) -> None:
+    """60 answers an arm with the same scores: from 60 one-turn sessions the +0.1 is clear; from 4
+    sessions of 15 alike turns (the unit assignment randomises) it rests on 4 sessions an arm."""
+    _base(store)
+    exp = create_experiment(store, _spec(), actor="t", clock=clock)
+    for variant, shift, version in (
+        (Variant.CONTROL, 0.0, exp.control_version),
+        (Variant.TREATMENT, 0.1, exp.treatment_version),
+    ):
+        for i in range(60):
+            g = i // 15  # the score is its block's, whether the block is one session or fifteen
+            ans = store.queries.record_answer(
+                session_id=f"{variant}-{i // turns_per_session}",
+                question=f"q{i}",
+                answer_text="a",
+                pipeline_version=version or "",
+                experiment_id=exp.experiment_id,
+                variant=variant.value,
+            )
+            score = (0.4, 0.6, 0.45, 0.55)[g] + shift + ((i % 3) - 1) * 0.01
+            store.evaluations.add(ans.answer_id, "heuristic", heuristic_score=score)
+            store.evaluations.add(ans.answer_id, "llm_judge", scores={"faithfulness": 0.9})
+    res = aggregate(store, exp.experiment_id, clock)
+    tier1 = res["metrics"]["tier1_score"]
+    sessions = 60 // turns_per_session
+    assert (tier1["control"]["n"], tier1["control"]["sessions"], tier1["treatment"]["sessions"]) == (
+        60,
+        sessions,
+        sessions,
+    )
+    welch = tier1["comparison"]["welch"]
+    assert tier1["comparison"]["difference"] == pytest.approx(0.1)
+    if turns_per_session == 1:
+        assert welch["p_value"] < 0.001 and welch["df"] > 100
+    else:
+        assert welch["p_value"] > 0.05 and welch["df"] < 7
+        assert tier1["treatment"]["ci95"]["lo"] < tier1["control"]["mean"]
+
+
 def test_a_failed_smoke_test_aborts_the_promotion(store: Store, clock: FakeClock) -> None:
     base = _base(store)
     exp = create_experiment(store, _spec(min_duration=0), actor="t", clock=clock)

@@ -37,6 +37,45 @@ def test_summary_from_sums_matches_scores() -> None:
     assert ArmSummary.of([]) == ArmSummary(0, 0.0, 0.0)
 
 
+def test_clustered_summary_is_the_plain_one_when_every_session_holds_one_score() -> None:
+    x = _scores(np.random.default_rng(2), 200, 0.6)
+    plain, clustered = ArmSummary.of(x), ArmSummary.clustered(x, [f"s{i}" for i in range(x.size)])
+    assert (clustered.n, clustered.units, clustered.independent) == (200, 200, 200)
+    assert clustered.mean == pytest.approx(plain.mean, rel=1e-12)
+    assert clustered.variance == pytest.approx(plain.variance, rel=1e-9)
+
+
+def test_clustered_variance_of_identical_turns_is_that_of_the_session_means() -> None:
+    """Five sessions whose four turns score alike carry five observations, not twenty: the mean's
+    variance is the session means' s² / 5, four times what the scores read as independent say."""
+    means = [0.2, 0.9, 0.4, 0.7, 0.5]
+    scores = [m for m in means for _ in range(4)]
+    sessions = [f"s{g}" for g in range(5) for _ in range(4)]
+    c = ArmSummary.clustered(scores, sessions)
+    assert (c.n, c.units) == (20, 5)
+    assert c.variance / c.n == pytest.approx(float(np.var(means, ddof=1)) / 5, rel=1e-9)
+    plain = ArmSummary.of(scores)
+    assert c.variance / c.n > 3.5 * plain.variance / plain.n
+    # Welch counts sessions: its interval is wider and its df at most 5 + 5 - 2
+    other = ArmSummary.clustered([s + 0.25 for s in scores], [f"t{g}" for g in range(5) for _ in range(4)])
+    w_clustered, w_plain = welch(c, other), welch(plain, ArmSummary.of([s + 0.25 for s in scores]))
+    assert w_clustered.df == pytest.approx(8) and w_plain.df > 30
+    assert w_clustered.ci.hi - w_clustered.ci.lo > 2 * (w_plain.ci.hi - w_plain.ci.lo)
+    assert w_plain.p_value < 0.05 < w_clustered.p_value
+
+
+def test_clustered_summary_rejects_bad_labels_and_one_session_comparisons() -> None:
+    with pytest.raises(ValueError, match="3 scores but 2 unit labels"):
+        ArmSummary.clustered([0.1, 0.2, 0.3], ["a", "b"])
+    with pytest.raises(ValueError, match="units for"):
+        ArmSummary(2, 0.5, 0.1, units=3)
+    one = ArmSummary.clustered([0.1, 0.9, 0.5], ["a", "a", "a"])
+    assert (one.units, one.variance) == (1, 0.0)
+    with pytest.raises(ValueError, match=r"the control arm's scores come from 1 unit\(s\)"):
+        welch(one, ArmSummary.of([0.4, 0.6]))
+    assert ArmSummary.clustered([], []) == ArmSummary(0, 0.0, 0.0, 0)
+
+
 @pytest.mark.parametrize("n", [0, 1])
 def test_comparison_needs_two_scores_per_arm(n: int) -> None:
     small = ArmSummary.of([0.5] * n)

@@ -131,6 +131,7 @@ function deltas(entry) {
     lo: num(act.lo),
     hi: num(act.hi),
     n: act.n ?? null,
+    sessions: act.sessions ?? null,
     verdict: act.verdict || null,
   };
 }
@@ -194,7 +195,7 @@ function renderList(entries) {
     const d = deltas(e);
     if (d) {
       item.append(
-        el("p", { class: "small", text: `${d.metric}: expected ${fmt(d.expected)}, measured ${fmt(d.actual)}${d.lo !== null ? ` (95% [${fmt(d.lo)}, ${fmt(d.hi)}]${d.n !== null ? `, n=${d.n}` : ""})` : ""}${d.verdict ? ` · ${d.verdict}` : ""}` }),
+        el("p", { class: "small", text: `${d.metric}: expected ${fmt(d.expected)}, measured ${fmt(d.actual)}${d.lo !== null ? ` (95% [${fmt(d.lo)}, ${fmt(d.hi)}]${d.n !== null ? `, n=${d.n}${d.sessions !== null ? ` in ${d.sessions} sessions` : ""}` : ""})` : ""}${d.verdict ? ` · ${d.verdict}` : ""}` }),
         deltaChart(d, fitWidth(list, 420)),
       );
     }
