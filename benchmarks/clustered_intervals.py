@@ -21,6 +21,7 @@ pool's answers and sessions. No model runs: it reads the stores.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections import defaultdict
@@ -146,7 +147,7 @@ def main() -> None:
             f"Command: `{command}`",
             "",
             f"- machine: {doc['machine']}",
-            f"- stores: `{args.work}` (the whole run's arm homes)",
+            f"- stores: `{os.path.relpath(args.work)}` (the whole run's arm homes)",
             "",
             table,
         ]
