@@ -17,7 +17,9 @@ so one row reads "promised vs got").
 It decides nothing, on purpose: the two windows serve different questions to different users, so
 an online difference mixes the change with the traffic, and a rollback rests on the nightly
 regression's paired golden-set comparison (`regression`). Each activation is measured once: the
-check and the write share one serialised transaction, so two workers never both record it.
+check and the write share one serialised transaction, so two workers never both record it. It is
+measured once tier 1 has scored every answer in both windows, or one window later with the answers
+still unscored counted in the entry (`unscored`).
 """
 
 from __future__ import annotations
@@ -84,14 +86,24 @@ def _served(store: Store, version: str, start: datetime, end: datetime) -> ArmSc
     return answer_scores(store, where, lambda _variant: "all").get("all", ArmScores())
 
 
+def _windows(
+    store: Store, before_version: str, after_version: str, at: datetime, window_s: float
+) -> tuple[ArmScores, ArmScores]:
+    w = timedelta(seconds=window_s)
+    return _served(store, before_version, at - w, at), _served(store, after_version, at, at + w)
+
+
+def _unscored(arm: ArmScores) -> int:
+    """Answers in the window that tier 1 has not scored yet (its queue lags behind serving)."""
+    return arm.answers - len(arm.scores.get(Metric.TIER1_SCORE, []))
+
+
 def measure_switch(
     store: Store, before_version: str, after_version: str, at: datetime, window_s: float = WINDOW_S
 ) -> list[MetricDelta]:
     """`METRICS` of the answers `after_version` served in the window after `at` against those
     `before_version` served in the window before it."""
-    w = timedelta(seconds=window_s)
-    before = _served(store, before_version, at - w, at)
-    after = _served(store, after_version, at, at + w)
+    before, after = _windows(store, before_version, after_version, at, window_s)
     return [_delta(m, before, after) for m in METRICS]
 
 
@@ -137,7 +149,8 @@ def delta_text(d: Mapping[str, Any] | None) -> str | None:
     interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if len(ci) == 2 and None not in ci else ""
     n = f" n={d['n']}" if d.get("n") is not None else ""
     sessions = f" in {d['sessions']} sessions" if d.get("sessions") is not None else ""
-    return f"{d['metric']} {d['value']:+.3f}{interval}{n}{sessions}"
+    late = f", {d['unscored']} not yet scored" if any(d.get("unscored") or []) else ""
+    return f"{d['metric']} {d['value']:+.3f}{interval}{n}{sessions}{late}"
 
 
 class Switch(BaseModel):
@@ -181,7 +194,10 @@ def audit_activations(
     actor: str = "activation-audit",
     limit: int = 200,
 ) -> list[ImprovementAuditLog]:
-    """Measure every activation whose window has passed and that has no audit entry yet."""
+    """Measure every activation whose window has passed and that has no audit entry yet. While tier
+    1 has not scored every answer of both windows the measurement waits, for at most one more
+    window; then it is taken with what is there, and the unscored answers are recorded beside n
+    (the scores that are late need not be like those that are in)."""
     cutoff = now() - timedelta(seconds=window_s)
     done = {e.refers_to for e in store.audit.timeline(action_type=ACTION, limit=10_000)}
     due = [
@@ -193,8 +209,11 @@ def audit_activations(
     for entry in reversed(due):  # oldest first
         before, after = entry.pipeline_version_before, entry.pipeline_version_after
         assert before is not None and after is not None
-        deltas = measure_switch(store, before, after, entry.created_at, window_s)
-        actual = {m.metric.value: m.to_json() for m in deltas}
+        windows = _windows(store, before, after, entry.created_at, window_s)
+        unscored = [_unscored(w) for w in windows]
+        if any(unscored) and entry.created_at > cutoff - timedelta(seconds=window_s):
+            continue  # tier 1 is still scoring this switch's answers
+        actual = {m.value: _delta(m, *windows).to_json() for m in METRICS}
         tier1 = actual[Metric.TIER1_SCORE.value]
         actual_delta = {
             "metric": Metric.TIER1_SCORE.value,
@@ -202,6 +221,7 @@ def audit_activations(
             "ci95": tier1["ci95"],
             "n": [tier1["n_before"], tier1["n_after"]],
             "sessions": [tier1["sessions_before"], tier1["sessions_after"]],
+            "unscored": unscored,
         }
         row = store.audit.record_once(
             ACTION,

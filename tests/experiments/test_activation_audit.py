@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ragloop.cli import app
 from ragloop.config import PipelineConfig
-from ragloop.experiments.activation_audit import ACTION, audit_activations, experiment_expectation
+from ragloop.experiments.activation_audit import ACTION, audit_activations, delta_text, experiment_expectation
 from ragloop.store import Store
 
 
@@ -81,6 +81,30 @@ def test_answers_outside_the_windows_are_not_counted(store: Store) -> None:
     [entry] = audit_activations(store, lambda: datetime.now(UTC) + timedelta(days=4))
     tier1 = (entry.actual_delta or {})["metrics"]["tier1_score"]
     assert (tier1["n_before"], tier1["n_after"]) == (15, 15)
+
+
+def test_the_measurement_waits_for_tier1_to_score_the_window_then_counts_what_is_late(store: Store) -> None:
+    _old, new = _switch(store)
+    late = [
+        store.queries.record_answer(session_id=f"late-{i}", question="q", answer_text="a", pipeline_version=new)
+        for i in range(3)
+    ]
+    now = datetime.now(UTC)
+    assert audit_activations(store, lambda: now + timedelta(days=1, hours=6)) == []  # 3 answers unscored
+    store.evaluations.add(late[0].answer_id, "heuristic", heuristic_score=0.7)
+    assert audit_activations(store, lambda: now + timedelta(days=1, hours=12)) == []  # still 2
+    [entry] = audit_activations(store, lambda: now + timedelta(days=2, hours=1))  # a window later: measured
+    actual = entry.actual_delta or {}
+    assert actual["unscored"] == [0, 2]
+    assert actual["n"] == [20, 21] and actual["metrics"]["refusal_rate"]["n_after"] == 23
+    text = delta_text(actual)
+    assert text is not None and text.endswith(", [0, 2] not yet scored")
+
+
+def test_a_fully_scored_switch_is_measured_as_soon_as_its_window_closes(store: Store) -> None:
+    _switch(store)
+    [entry] = audit_activations(store, lambda: datetime.now(UTC) + timedelta(days=1, minutes=1))
+    assert (entry.actual_delta or {})["unscored"] == [0, 0]
 
 
 def test_a_window_s_interval_counts_sessions_not_turns(store: Store) -> None:
