@@ -26,6 +26,7 @@ import shlex
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from _common import BENCH_HOME, machine, print_table, write_results
@@ -65,7 +66,7 @@ def pool(db: Path) -> tuple[str, dict[Metric, dict[str, list[float]]]]:
     return version, by_session
 
 
-def trials(sessions: dict[str, list[float]], per_window: int, n: int, rng: np.random.Generator) -> dict[str, object]:
+def trials(sessions: dict[str, list[float]], per_window: int, n: int, rng: np.random.Generator) -> dict[str, Any]:
     names = sorted(sessions)
     per_window = min(per_window, len(names) // 2)
     alarms = {"independent": 0, "clustered": 0}
@@ -84,7 +85,7 @@ def trials(sessions: dict[str, list[float]], per_window: int, n: int, rng: np.ra
         for kind, (before, after) in arms.items():
             ci = welch(before, after).ci
             alarms[kind] += int(ci.lo > 0 or ci.hi < 0)
-    out: dict[str, object] = {
+    out: dict[str, Any] = {
         "answers": sum(len(v) for v in sessions.values()),
         "sessions": len(names),
         "sessions_per_window": per_window,
@@ -119,7 +120,6 @@ def main() -> None:
             arm[metric.value] = r
             for kind in ("independent", "clustered"):
                 k = r[kind]
-                assert isinstance(k, dict)
                 rows.append(
                     [
                         label,

@@ -89,6 +89,7 @@ def _served(store: Store, version: str, start: datetime, end: datetime) -> ArmSc
 def _windows(
     store: Store, before_version: str, after_version: str, at: datetime, window_s: float
 ) -> tuple[ArmScores, ArmScores]:
+    """What `before_version` served in the window before `at`, and `after_version` in the one after."""
     w = timedelta(seconds=window_s)
     return _served(store, before_version, at - w, at), _served(store, after_version, at, at + w)
 
@@ -96,15 +97,6 @@ def _windows(
 def _unscored(arm: ArmScores) -> int:
     """Answers in the window that tier 1 has not scored yet (its queue lags behind serving)."""
     return arm.answers - len(arm.scores.get(Metric.TIER1_SCORE, []))
-
-
-def measure_switch(
-    store: Store, before_version: str, after_version: str, at: datetime, window_s: float = WINDOW_S
-) -> list[MetricDelta]:
-    """`METRICS` of the answers `after_version` served in the window after `at` against those
-    `before_version` served in the window before it."""
-    before, after = _windows(store, before_version, after_version, at, window_s)
-    return [_delta(m, before, after) for m in METRICS]
 
 
 def golden_expectation(golden: Mapping[str, Any]) -> dict[str, Any] | None:
