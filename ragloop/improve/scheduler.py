@@ -23,7 +23,10 @@ whose lease ran out):
 8. One version a pass: the pass weighs and applies actions against the pipeline that served when it
    started; once another version is activated the pass stops and the rest stay proposed for the
    next pass (a fit on the old version's pool would spend that version's error budget and re-propose
-   what already serves).
+   what already serves). A version activated *during* an apply supersedes it: a CANDIDATE apply stops
+   before registering its candidate, a DIRECT one is undone, and either is released unapplied
+   (`superseded`, the attempt not counted), its notes unwritten, for the next pass to redo on the
+   new version.
 A DIRECT action's query group is measured just before apply: the auditor's "before". A kind that
 can preview its change (a re-chunk: the index it would write, built in memory) is measured again on
 that preview; when the paired interval of preview - before holds no gain (its upper end <= 0) the
@@ -39,7 +42,7 @@ import contextlib
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -57,7 +60,9 @@ from ragloop.improve.remediation import (
     QueryGroup,
     Remediation,
     RemediationContext,
+    SupersededError,
     make_remediation,
+    superseded_by,
 )
 from ragloop.improve.remediation.measure import Delta, delta, measure
 from ragloop.improve.remediation.ranking import audit_action_type
@@ -100,6 +105,8 @@ class Outcome(StrEnum):
     UNSUPPORTED = "unsupported"
     DEFERRED_MONITOR = "deferred_monitor"
     """Tier 1 is in monitor mode: no automated remediation but its own recalibration."""
+    SUPERSEDED = "superseded"
+    """Another version was activated while it was applied: undone, proposed again for the next pass."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +278,7 @@ class Scheduler:
         return sum(self.actions.applied_since(since, domain=domain, kind=k.value) for k in ActionKind if _is_direct(k))
 
     def apply_one(self, spec: ActionSpec) -> ScheduleResult:
-        ctx, now = self.ctx, self.ctx.clock.now()
+        ctx, now = replace(self.ctx, serving_at_apply=self._serving() or ""), self.ctx.clock.now()
         if not claim_action(ctx.store, spec.action_id, self.worker, now, self.policy.lease_s, conflict_key):
             return self._result(
                 spec, Outcome.CLAIMED_ELSEWHERE, "claimed by another scheduler, or its component is busy"
@@ -294,10 +301,17 @@ class Scheduler:
                         f"queries [{previewed.lo:+.3f}, {previewed.hi:+.3f}]: the change cannot gain",
                     )
                 change = remediation.apply(ctx)
+        except SupersededError as exc:
+            return self._release(spec, str(exc))
         except Exception as exc:  # the previous state still serves (each apply is atomic)
             retry = attempts < self.policy.max_attempts
             self.actions.mark_failed(spec.action_id, f"{type(exc).__name__}: {exc}", claimer=self.worker, retry=retry)
             return self._result(spec, Outcome.RETRY if retry else Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+        if change.effect is not Effect.RECORD and (now_serving := superseded_by(ctx)) is not None:
+            remediation.revert(ctx, change)
+            return self._release(
+                spec, f"{now_serving} was activated while this was applied on {ctx.serving_at_apply or 'the defaults'}"
+            )
         change = change.model_copy(update={"group": group, "baseline": baseline})
         expected = expected_delta(spec, baseline) if previewed is None else preview_expectation(previewed)
         spec = spec.model_copy(update={"expected_delta": expected})
@@ -388,6 +402,13 @@ class Scheduler:
                 )
             self.actions.update_payload(spec.action_id, payload={"applied_log_id": entry.log_id})
             return entry.log_id
+
+    def _release(self, spec: ActionSpec, reason: str) -> ScheduleResult:
+        try:
+            self.actions.release(spec.action_id, f"superseded: {reason}", claimer=self.worker)
+        except StoreConflictError:
+            return self._result(spec, Outcome.CLAIMED_ELSEWHERE, "changed under us")
+        return self._result(spec, Outcome.SUPERSEDED, reason)
 
     def _reject(self, spec: ActionSpec, reason: str) -> ScheduleResult:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from pydantic import BaseModel
 
 from ragloop.improve.claims import claim_action
 from ragloop.improve.clock import ManualClock
@@ -13,9 +14,12 @@ from ragloop.improve.remediation import (
     REMEDIATIONS,
     ActionSpec,
     AppliedChange,
+    Effect,
     RegistryExpansionBackend,
+    Remediation,
     RemediationContext,
 )
+from ragloop.improve.remediation.base import register_candidate
 from ragloop.improve.scheduler import THRESHOLD_ACTION, Outcome, Policy, Scheduler, ScheduleResult, conflict_key
 from ragloop.improve.types import ActionKind
 from ragloop.retrieval.collection import Collection
@@ -80,6 +84,95 @@ def test_a_pass_stops_when_another_version_is_activated_mid_way(
     assert store.improvement_actions.counts()["proposed"] == 2  # left for the next pass, not dropped
     sched.apply_one = apply_one  # type: ignore[method-assign]
     assert _by_outcome(sched.run(), Outcome.APPLIED) == ids[1:]
+
+
+def _activate_successor(store: Store) -> str:
+    successor = K1.with_overrides(retrieval={"k": 2})
+    store.pipelines.register_config(successor)
+    store.pipelines.activate(successor.version_id, actor="test")
+    return successor.version_id
+
+
+def test_a_direct_change_applied_while_another_version_was_activated_is_undone_and_redone(
+    store: Store, coll: Collection, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 8 inside one apply: the change was measured and written for the version that stopped
+    serving while it ran, so it is undone, not recorded, and proposed again without spending an
+    attempt; the next pass applies it on the new version."""
+    action = propose_expansion(store, coll, QUESTION, [chunk_of(coll, "ferry.md")])
+    cls = REMEDIATIONS[ActionKind.EXPANSION_CACHE]
+    original = cls.apply
+    successors: list[str] = []
+
+    def apply_while_activating(self: object, ctx: RemediationContext) -> AppliedChange:
+        change = original(self, ctx)  # type: ignore[arg-type]
+        successors.append(_activate_successor(store))
+        return change
+
+    monkeypatch.setattr(cls, "apply", apply_while_activating)
+    backend = RegistryExpansionBackend(coll.registry)
+    sched = Scheduler(context(store, coll, clock, paraphrases=False), Policy(max_attempts=1))
+    [result] = sched.run()
+    assert result.outcome is Outcome.SUPERSEDED and successors[0] in result.detail
+    assert backend.entries() == []  # undone
+    row = store.improvement_actions.get(action.action_id)
+    assert row is not None and row.status == "proposed" and row.attempts == 0 and row.claimed_by is None
+    assert "superseded" in (row.error or "")
+    assert store.audit.timeline(action_type="remediation:expansion_cache") == []
+    monkeypatch.setattr(cls, "apply", original)
+    assert [r.outcome for r in sched.run()] == [Outcome.APPLIED]  # max_attempts 1: the release cost none
+    assert len(backend.entries()) == 1
+
+
+class _Payload(BaseModel):
+    collection: str
+
+
+class _FitThenRegister(Remediation[_Payload]):
+    """A candidate kind whose fit outlasts an activation: it registers k=3 on the version it read."""
+
+    kind = ActionKind.CHUNKING_BUFFER
+    effect = Effect.CANDIDATE
+    cost = 1.0
+    payload_type = _Payload
+    activate_during_fit = True
+
+    def apply(self, ctx: RemediationContext) -> AppliedChange:
+        if self.activate_during_fit:
+            _activate_successor(ctx.store)
+        cfg = ctx.config.with_overrides(retrieval={"k": 3})
+        version = register_candidate(ctx, cfg, self.kind, "k 1 -> 3")
+        return AppliedChange(kind=self.kind, effect=self.effect, summary="k 3", candidate_version=version)
+
+    def revert(self, ctx: RemediationContext, change: AppliedChange) -> None:
+        return None
+
+
+def test_a_candidate_fitted_on_a_version_that_stopped_serving_is_never_registered(
+    store: Store, coll: Collection, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registered, the auto-experiment step would rebase the stale candidate and trial a change whose
+    evidence (and error-budget spending) no audit entry holds; it is dropped and refitted instead."""
+    monkeypatch.setitem(REMEDIATIONS, ActionKind.CHUNKING_BUFFER, _FitThenRegister)
+    action = store.improvement_actions.propose(
+        ActionKind.CHUNKING_BUFFER.value,
+        f"chunking:{coll.name}",
+        "pool",
+        domain=coll.name,
+        answer_ids=["a-1"],
+        evidence={"confidence": 0.8},
+        payload={"collection": coll.name},
+    ).action
+    sched = Scheduler(context(store, coll, clock, paraphrases=False), Policy())
+    [result] = sched.run()
+    stale = K1.with_overrides(retrieval={"k": 3}).version_id
+    assert result.outcome is Outcome.SUPERSEDED and result.candidate_version is None
+    assert store.pipelines.get(stale) is None
+    row = store.improvement_actions.get(action.action_id)
+    assert row is not None and row.status == "proposed" and row.attempts == 0
+    monkeypatch.setattr(_FitThenRegister, "activate_during_fit", False)
+    [again] = sched.run()
+    assert again.outcome is Outcome.APPLIED and store.pipelines.get(again.candidate_version or "") is not None
 
 
 def test_conflicting_remediations_on_one_component_are_serialised(

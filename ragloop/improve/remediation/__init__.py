@@ -21,6 +21,8 @@ from ragloop.improve.remediation.base import (
     RemediationContext,
     RemediationError,
     RemediationSettings,
+    SupersededError,
+    superseded_by,
 )
 from ragloop.improve.remediation.chunking import ChunkingBufferAction
 from ragloop.improve.remediation.expansion import ExpansionCacheAction, ExpansionPayload
@@ -93,10 +95,12 @@ __all__ = [
     "RemediationContext",
     "RemediationError",
     "RemediationSettings",
+    "SupersededError",
     "ThresholdRecalibrationAction",
     "Tier1RecalibrationAction",
     "UnsupportedAction",
     "make_expansion_backend",
     "make_remediation",
     "serving_expansion",
+    "superseded_by",
 ]

@@ -180,6 +180,9 @@ class RemediationContext:
     settings: RemediationSettings = field(default_factory=RemediationSettings)
     scorers: Mapping[str, Scorer] = field(default_factory=dict)
     """Scorers by name that remediations use instead of building one (test doubles, a shared instance)."""
+    serving_at_apply: str | None = None
+    """The version serving (its id; "" before any activation) when the scheduler began the apply under
+    way, read back by `superseded_by`; None outside an apply, where nothing is checked."""
 
 
 CANDIDATE_SOURCE = "remediation:"
@@ -187,10 +190,31 @@ CANDIDATE_SOURCE = "remediation:"
 experiment for each; kept equal to its `SOURCE_PREFIX`, which a test checks)."""
 
 
+class SupersededError(RuntimeError):
+    """The version a remediation was fitted on stopped serving while it ran: its evidence describes a
+    pipeline no user gets any more. The scheduler undoes what it did and hands the action back to the
+    next pass, which fits it on the new version."""
+
+
+def superseded_by(ctx: RemediationContext) -> str | None:
+    """The version activated since the apply under way began, if one was (None: none, or outside an
+    apply). Compared by the stored ids, not by `ctx.config`'s hash, which a config field added since
+    the version was stored would change."""
+    if ctx.serving_at_apply is None:
+        return None
+    current = ctx.store.pipelines.current()
+    now = current.version_id if current is not None else ""
+    return now if now != ctx.serving_at_apply else None
+
+
 def register_candidate(ctx: RemediationContext, config: PipelineConfig, kind: ActionKind, description: str) -> str:
     """Register a candidate derived from the serving version: its parent is that version (what the
     evidence was gathered on, so a stale candidate can be rebased) and its creator
-    `remediation:<kind>` (how the auto-experiment step finds machine-made candidates)."""
+    `remediation:<kind>` (how the auto-experiment step finds machine-made candidates).
+    SupersededError when another version was activated while the candidate was fitted: registered,
+    the auto-experiment step would rebase it and trial a change whose evidence nobody records."""
+    if (now := superseded_by(ctx)) is not None:
+        raise SupersededError(f"{now} was activated while this was fitted on {ctx.serving_at_apply or 'the defaults'}")
     row = ctx.store.pipelines.register_config(
         config,
         description=description,

@@ -240,6 +240,16 @@ class ImprovementActions:
             s.flush()
             return row
 
+    def release(self, action_id: str, reason: str, *, claimer: str | None = None) -> ImprovementAction:
+        """scheduled → proposed without counting the attempt: the work was sound but is moot (the
+        version it was fitted on stopped serving while it ran), so the next pass redoes it on the new one."""
+        with self.db.transaction() as s:
+            row = self._transition(s, action_id, (ActionStatus.SCHEDULED,), ActionStatus.PROPOSED, claimer)
+            row.error, row.lease_expires_at, row.claimed_by = reason[:MAX_ERROR_CHARS], None, None
+            row.attempts = max(0, row.attempts - 1)
+            s.flush()
+            return row
+
     def mark_kept(self, action_id: str, *, actual_delta: Mapping[str, Any] | None = None) -> ImprovementAction:
         """applied → kept: the auditor measured it and it stays."""
         with self.db.transaction() as s:
