@@ -61,8 +61,8 @@ from ragloop.improve.remediation import (
     Remediation,
     RemediationContext,
     SupersededError,
+    check_serving,
     make_remediation,
-    superseded_by,
 )
 from ragloop.improve.remediation.measure import Delta, delta, measure
 from ragloop.improve.remediation.ranking import audit_action_type
@@ -307,11 +307,12 @@ class Scheduler:
             retry = attempts < self.policy.max_attempts
             self.actions.mark_failed(spec.action_id, f"{type(exc).__name__}: {exc}", claimer=self.worker, retry=retry)
             return self._result(spec, Outcome.RETRY if retry else Outcome.FAILED, f"{type(exc).__name__}: {exc}")
-        if change.effect is not Effect.RECORD and (now_serving := superseded_by(ctx)) is not None:
-            remediation.revert(ctx, change)
-            return self._release(
-                spec, f"{now_serving} was activated while this was applied on {ctx.serving_at_apply or 'the defaults'}"
-            )
+        if change.effect is not Effect.RECORD:
+            try:
+                check_serving(ctx)
+            except SupersededError as exc:
+                remediation.revert(ctx, change)
+                return self._release(spec, str(exc))
         change = change.model_copy(update={"group": group, "baseline": baseline})
         expected = expected_delta(spec, baseline) if previewed is None else preview_expectation(previewed)
         spec = spec.model_copy(update={"expected_delta": expected})

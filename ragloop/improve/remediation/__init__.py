@@ -22,7 +22,7 @@ from ragloop.improve.remediation.base import (
     RemediationError,
     RemediationSettings,
     SupersededError,
-    superseded_by,
+    check_serving,
 )
 from ragloop.improve.remediation.chunking import ChunkingBufferAction
 from ragloop.improve.remediation.expansion import ExpansionCacheAction, ExpansionPayload
@@ -99,8 +99,8 @@ __all__ = [
     "ThresholdRecalibrationAction",
     "Tier1RecalibrationAction",
     "UnsupportedAction",
+    "check_serving",
     "make_expansion_backend",
     "make_remediation",
     "serving_expansion",
-    "superseded_by",
 ]

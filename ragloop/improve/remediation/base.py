@@ -182,7 +182,7 @@ class RemediationContext:
     """Scorers by name that remediations use instead of building one (test doubles, a shared instance)."""
     serving_at_apply: str | None = None
     """The version serving (its id; "" before any activation) when the scheduler began the apply under
-    way, read back by `superseded_by`; None outside an apply, where nothing is checked."""
+    way, read back by `check_serving`; None outside an apply, where nothing is checked."""
 
 
 CANDIDATE_SOURCE = "remediation:"
@@ -196,15 +196,16 @@ class SupersededError(RuntimeError):
     next pass, which fits it on the new version."""
 
 
-def superseded_by(ctx: RemediationContext) -> str | None:
-    """The version activated since the apply under way began, if one was (None: none, or outside an
-    apply). Compared by the stored ids, not by `ctx.config`'s hash, which a config field added since
-    the version was stored would change."""
+def check_serving(ctx: RemediationContext) -> None:
+    """SupersededError when another version was activated since the apply under way began (compared by
+    the stored ids, not by `ctx.config`'s hash, which a config field added since the version was
+    stored would change); nothing outside an apply."""
     if ctx.serving_at_apply is None:
-        return None
+        return
     current = ctx.store.pipelines.current()
     now = current.version_id if current is not None else ""
-    return now if now != ctx.serving_at_apply else None
+    if now != ctx.serving_at_apply:
+        raise SupersededError(f"{now} was activated while this was applied on {ctx.serving_at_apply or 'the defaults'}")
 
 
 def register_candidate(ctx: RemediationContext, config: PipelineConfig, kind: ActionKind, description: str) -> str:
@@ -213,8 +214,7 @@ def register_candidate(ctx: RemediationContext, config: PipelineConfig, kind: Ac
     `remediation:<kind>` (how the auto-experiment step finds machine-made candidates).
     SupersededError when another version was activated while the candidate was fitted: registered,
     the auto-experiment step would rebase it and trial a change whose evidence nobody records."""
-    if (now := superseded_by(ctx)) is not None:
-        raise SupersededError(f"{now} was activated while this was fitted on {ctx.serving_at_apply or 'the defaults'}")
+    check_serving(ctx)
     row = ctx.store.pipelines.register_config(
         config,
         description=description,
