@@ -25,8 +25,8 @@ whose lease ran out):
    next pass (a fit on the old version's pool would spend that version's error budget and re-propose
    what already serves). A version activated *during* an apply supersedes it: a CANDIDATE apply stops
    before registering its candidate, a DIRECT one is undone, and either is released unapplied
-   (`superseded`, the attempt not counted), its notes unwritten, for the next pass to redo on the
-   new version.
+   (`superseded`, the attempt not counted, audited as `remediation_superseded`), its notes unwritten,
+   for the next pass to redo on the new version.
 A DIRECT action's query group is measured just before apply: the auditor's "before". A kind that
 can preview its change (a re-chunk: the index it would write, built in memory) is measured again on
 that preview; when the paired interval of preview - before holds no gain (its upper end <= 0) the
@@ -70,6 +70,7 @@ from ragloop.improve.types import ActionKind
 from ragloop.store import ImprovementActions, StoreConflictError
 
 THRESHOLD_ACTION = "evidence_threshold"
+SUPERSEDED_ACTION = "remediation_superseded"
 USER_REPORTED_BOOST = 2.0
 EXPECTED_SHARE = 0.5
 
@@ -302,7 +303,7 @@ class Scheduler:
                     )
                 change = remediation.apply(ctx)
         except SupersededError as exc:
-            return self._release(spec, str(exc))
+            return self._release(spec, exc, undone=False)
         except Exception as exc:  # the previous state still serves (each apply is atomic)
             retry = attempts < self.policy.max_attempts
             self.actions.mark_failed(spec.action_id, f"{type(exc).__name__}: {exc}", claimer=self.worker, retry=retry)
@@ -312,7 +313,7 @@ class Scheduler:
                 check_serving(ctx)
             except SupersededError as exc:
                 remediation.revert(ctx, change)
-                return self._release(spec, str(exc))
+                return self._release(spec, exc, undone=change.effect is Effect.DIRECT)
         change = change.model_copy(update={"group": group, "baseline": baseline})
         expected = expected_delta(spec, baseline) if previewed is None else preview_expectation(previewed)
         spec = spec.model_copy(update={"expected_delta": expected})
@@ -404,12 +405,30 @@ class Scheduler:
             self.actions.update_payload(spec.action_id, payload={"applied_log_id": entry.log_id})
             return entry.log_id
 
-    def _release(self, spec: ActionSpec, reason: str) -> ScheduleResult:
+    def _release(self, spec: ActionSpec, exc: SupersededError, *, undone: bool) -> ScheduleResult:
+        """Proposed again, audited: a direct change was live until it was undone, and an admin reading
+        the timeline should see why a fit that ran left no change behind."""
+        store = self.ctx.store
         try:
-            self.actions.release(spec.action_id, f"superseded: {reason}", claimer=self.worker)
+            with store.db.transaction():
+                self.actions.release(spec.action_id, f"superseded: {exc}", claimer=self.worker)
+                store.audit.record(
+                    SUPERSEDED_ACTION,
+                    triggered_by=f"action:{spec.action_id}",
+                    actor=self.worker,
+                    evidence={
+                        "action_id": spec.action_id,
+                        "kind": spec.kind.value,
+                        "domain": spec.domain,
+                        "reason": str(exc),
+                        "undone": undone,
+                    },
+                    pipeline_version_before=exc.fitted_on or None,
+                    pipeline_version_after=exc.serving,
+                )
         except StoreConflictError:
             return self._result(spec, Outcome.CLAIMED_ELSEWHERE, "changed under us")
-        return self._result(spec, Outcome.SUPERSEDED, reason)
+        return self._result(spec, Outcome.SUPERSEDED, str(exc))
 
     def _reject(self, spec: ActionSpec, reason: str) -> ScheduleResult:
         try:

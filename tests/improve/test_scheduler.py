@@ -119,6 +119,8 @@ def test_a_direct_change_applied_while_another_version_was_activated_is_undone_a
     assert row is not None and row.status == "proposed" and row.attempts == 0 and row.claimed_by is None
     assert "superseded" in (row.error or "")
     assert store.audit.timeline(action_type="remediation:expansion_cache") == []
+    [entry] = store.audit.timeline(action_type="remediation_superseded")
+    assert entry.evidence["undone"] is True and entry.pipeline_version_after == successors[0]
     monkeypatch.setattr(cls, "apply", original)
     assert [r.outcome for r in sched.run()] == [Outcome.APPLIED]  # max_attempts 1: the release cost none
     assert len(backend.entries()) == 1
@@ -170,6 +172,8 @@ def test_a_candidate_fitted_on_a_version_that_stopped_serving_is_never_registere
     assert store.pipelines.get(stale) is None
     row = store.improvement_actions.get(action.action_id)
     assert row is not None and row.status == "proposed" and row.attempts == 0
+    [entry] = store.audit.timeline(action_type="remediation_superseded")
+    assert entry.evidence["undone"] is False and entry.evidence["kind"] == "chunking_buffer"
     monkeypatch.setattr(_FitThenRegister, "activate_during_fit", False)
     [again] = sched.run()
     assert again.outcome is Outcome.APPLIED and store.pipelines.get(again.candidate_version or "") is not None

@@ -195,6 +195,10 @@ class SupersededError(RuntimeError):
     pipeline no user gets any more. The scheduler undoes what it did and hands the action back to the
     next pass, which fits it on the new version."""
 
+    def __init__(self, fitted_on: str, serving: str) -> None:
+        super().__init__(f"{serving} was activated while this was applied on {fitted_on or 'the defaults'}")
+        self.fitted_on, self.serving = fitted_on, serving
+
 
 def check_serving(ctx: RemediationContext) -> None:
     """SupersededError when another version was activated since the apply under way began (compared by
@@ -205,7 +209,7 @@ def check_serving(ctx: RemediationContext) -> None:
     current = ctx.store.pipelines.current()
     now = current.version_id if current is not None else ""
     if now != ctx.serving_at_apply:
-        raise SupersededError(f"{now} was activated while this was applied on {ctx.serving_at_apply or 'the defaults'}")
+        raise SupersededError(ctx.serving_at_apply, now)
 
 
 def register_candidate(ctx: RemediationContext, config: PipelineConfig, kind: ActionKind, description: str) -> str:
