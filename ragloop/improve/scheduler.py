@@ -308,12 +308,12 @@ class Scheduler:
             retry = attempts < self.policy.max_attempts
             self.actions.mark_failed(spec.action_id, f"{type(exc).__name__}: {exc}", claimer=self.worker, retry=retry)
             return self._result(spec, Outcome.RETRY if retry else Outcome.FAILED, f"{type(exc).__name__}: {exc}")
-        if change.effect is not Effect.RECORD:
+        if change.effect is Effect.DIRECT:  # a candidate was checked as it was registered (`register_candidate`)
             try:
                 check_serving(ctx)
             except SupersededError as exc:
                 remediation.revert(ctx, change)
-                return self._release(spec, exc, undone=change.effect is Effect.DIRECT)
+                return self._release(spec, exc, undone=True)
         change = change.model_copy(update={"group": group, "baseline": baseline})
         expected = expected_delta(spec, baseline) if previewed is None else preview_expectation(previewed)
         spec = spec.model_copy(update={"expected_delta": expected})
